@@ -1,0 +1,13 @@
+"""A/B benchmark of stock vLLM against kog on one request (`kog bench`, benchmarks/ab_latency.py).
+
+Imports nothing heavy: torch and vLLM are imported only in the subprocess that runs one engine
+(`offline_child`), so each side of the A/B releases its GPU memory when its process exits.
+
+  metrics       ms/token, tok/s, GB/s, share of copy bandwidth: the arithmetic, nothing else
+  model_bytes   bytes one decode step reads (weights, KV cache) from a Hugging Face config
+  results       the JSON schema (dataclasses, round-trip)
+  table, chart  the text table and the PNG
+  offline       the parent: resolves checkpoints, runs one subprocess per engine, shows progress
+  offline_child one engine: copy bandwidth, warm-up, timed generate calls, kog counters
+  http_client   streaming OpenAI client against live servers (`kog bench --url`)
+"""

@@ -1,0 +1,134 @@
+"""The text table `kog bench` prints (gpt-fast style: tok/s next to the bandwidth it implies)."""
+
+from __future__ import annotations
+
+from kog_backend.bench.results import BenchReport, ModelResult, RunResult
+
+
+def _f(v: float | None, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def _kog_steps(r: RunResult) -> str:
+    if r.counters is None:
+        return "-"
+    return str(sum(int(c.get("kog_steps", 0)) for c in r.counters))
+
+
+def header_lines(report: BenchReport) -> list[str]:
+    h, s = report.host, report.settings
+    lines = [
+        f"kog bench ({report.kind})  {report.date}  commit {report.commit}  kog {report.kog_version}",
+    ]
+    if h:
+        lines.append(
+            f"GPU: {h.get('gpu', '?')} x{h.get('gpu_count', '?')}  driver {h.get('driver', '?')}  "
+            f"torch {h.get('torch', '?')}  vLLM {h.get('vllm', '?')}"
+        )
+    if report.kind == "offline":
+        sampling = "greedy" if not s.get("temperature") else (
+            f"temperature {s.get('temperature')} top-p {s.get('top_p')} top-k {s.get('top_k')}"
+        )
+        k = s.get("tokens_per_step")
+        lines.append(
+            f"batch 1, prompt {s.get('prompt_len')} random token ids, {s.get('new_tokens')} new tokens (ignore_eos), "
+            f"{sampling}, TP {s.get('tp')}, K={k if k else 'default'}, {s.get('stat')} of {s.get('reps')} reps "
+            f"after {s.get('warmup')} warm-up"
+        )
+    else:
+        lines.append(
+            f"streaming /v1/completions, one request at a time, prompt {s.get('prompt_len')} token ids, "
+            f"{s.get('new_tokens')} new tokens, {s.get('requests')} requests per server"
+        )
+    return lines
+
+
+def format_table(report: BenchReport) -> str:
+    if report.kind == "http":
+        return _format_http(report)
+    cols = ["model", "path", "tok/s", "ms/token", "TTFT ms", "GB/s", "copy GB/s", "% of copy BW", "floor tok/s", "kog steps", "speedup"]
+    rows: list[list[str]] = []
+    notes: list[str] = []
+    for m in report.models:
+        for r in m.rows:
+            speed = f"{m.speedup:.2f}x" if (r.impl == "kog" and m.speedup is not None) else ""
+            if not r.ok:
+                rows.append([m.model, r.impl, "FAILED", "", "", "", "", "", "", "", ""])
+                notes.append(f"{m.model} {r.impl}: {r.error}")
+                continue
+            rows.append(
+                [
+                    m.model,
+                    r.impl,
+                    _f(r.tok_s, ".1f"),
+                    _f(r.ms_per_token, ".3f"),
+                    _f(r.ttft_ms, ".1f"),
+                    _f(r.gbps, ".0f"),
+                    _f(r.copy_gbps, ".0f"),
+                    "-" if r.bw_share is None else f"{100 * r.bw_share:.1f}%",
+                    _f(r.floor_tok_s, ".0f"),
+                    _kog_steps(r),
+                    speed,
+                ]
+            )
+            notes.extend(f"{m.model} {r.impl}: {w}" for w in r.warnings)
+        if m.tokens_match is False:
+            notes.append(f"{m.model}: kog's greedy tokens differ from stock's from position {m.first_mismatch}")
+    return "\n".join(header_lines(report) + [""] + _grid(cols, rows) + [f"! {n}" for n in notes])
+
+
+def _format_http(report: BenchReport) -> str:
+    cols = ["server", "model", "requests", "tok/s (decode)", "tok/s (end to end)", "ms/token", "TTFT ms", "max gap ms", "speedup"]
+    rows = []
+    notes = []
+    base: RunResult | None = None
+    for m in report.models:
+        for r in m.rows:
+            if not r.ok:
+                rows.append([r.impl, m.model, "FAILED", "", "", "", "", "", ""])
+                notes.append(f"{r.impl} ({m.path}): {r.error}")
+                continue
+            e2e = sorted(q["e2e_tok_s"] for q in r.requests if q.get("e2e_tok_s"))
+            gaps = [q["max_gap_ms"] for q in r.requests if q.get("max_gap_ms") is not None]
+            if base is None:
+                base, sp = r, ""
+            else:
+                sp = "-" if not (r.tok_s and base.tok_s) else f"{r.tok_s / base.tok_s:.2f}x vs {base.impl}"
+            rows.append(
+                [
+                    r.impl,
+                    m.model,
+                    str(len(r.requests)),
+                    _f(r.tok_s, ".1f"),
+                    _f(e2e[len(e2e) // 2] if e2e else None, ".1f"),
+                    _f(r.ms_per_token, ".3f"),
+                    _f(r.ttft_ms, ".1f"),
+                    _f(max(gaps) if gaps else None, ".1f"),
+                    sp,
+                ]
+            )
+            notes.extend(f"{r.impl}: {w}" for w in r.warnings)
+    return "\n".join(header_lines(report) + [""] + _grid(cols, rows) + [f"! {n}" for n in notes])
+
+
+def _grid(cols: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    return [line(cols), line(["-" * w for w in widths])] + [line(r) for r in rows]
+
+
+def markdown_table(m: ModelResult) -> str:
+    """One model's rows as a markdown table (docs/performance.md)."""
+    out = ["| path | tok/s | ms/token | TTFT ms | GB/s | % of copy BW | kog steps | speedup |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in m.rows:
+        if not r.ok:
+            out.append(f"| {r.impl} | failed: {r.error} | | | | | | |")
+            continue
+        share = "-" if r.bw_share is None else f"{100 * r.bw_share:.1f}%"
+        sp = f"{m.speedup:.2f}x" if r.impl == "kog" and m.speedup is not None else ""
+        out.append(
+            f"| {r.impl} | {_f(r.tok_s, '.1f')} | {_f(r.ms_per_token, '.3f')} | {_f(r.ttft_ms, '.1f')} | "
+            f"{_f(r.gbps, '.0f')} | {share} | {_kog_steps(r)} | {sp} |"
+        )
+    return "\n".join(out)

@@ -1,0 +1,80 @@
+"""Parsing of kog's options from `additional_config["kog"]`.
+
+The same dict arrives through `--additional-config '{"kog": {...}}'`, `LLM(additional_config=...)`,
+and the `--backend kog` / `--kog-options` flags, and is visible in every vLLM process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+CONFIG_KEY = "kog"
+WORKER_CLS = "kog_backend.worker.KogWorker"
+
+
+class KogConfigError(ValueError):
+    """An option under additional_config["kog"] is unknown or has a bad value."""
+
+
+@dataclasses.dataclass(frozen=True)
+class KogConfig:
+    # Master switch. `--backend stock` sets it False; kog's worker then runs every step stock.
+    enabled: bool = True
+    # Which implementation runs the kog path: "auto" (monokernel when the extension loads and the model
+    # is supported, else the torch step), "monokernel", or "torch" (the reference step; slow, exact).
+    step_impl: str = "auto"
+    # Tokens generated per engine step on the kog path (K). 1 until the multi-token path lands.
+    tokens_per_step: int = 1
+    # Where workers write their fallback counters for `kog stats` ("" = $KOG_STATE_DIR or /tmp/kog_backend).
+    state_dir: str = ""
+
+    STEP_IMPLS = ("auto", "monokernel", "torch")
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any] | None) -> "KogConfig":
+        raw = dict(raw or {})
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(raw) - set(fields))
+        if unknown:
+            raise KogConfigError(f"unknown kog option(s) {unknown}; known: {sorted(fields)}")
+        kwargs: dict[str, Any] = {}
+        for name, value in raw.items():
+            kwargs[name] = _coerce(name, fields[name].type, value)
+        cfg = cls(**kwargs)
+        if cfg.step_impl not in cls.STEP_IMPLS:
+            raise KogConfigError(f"kog option step_impl={cfg.step_impl!r}; expected one of {cls.STEP_IMPLS}")
+        if not 1 <= cfg.tokens_per_step <= 256:
+            raise KogConfigError(f"kog option tokens_per_step={cfg.tokens_per_step}; expected 1..256")
+        return cfg
+
+    @classmethod
+    def from_vllm_config(cls, vllm_config: Any) -> "KogConfig":
+        additional = getattr(vllm_config, "additional_config", None) or {}
+        return cls.from_dict(additional.get(CONFIG_KEY))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _coerce(name: str, type_name: Any, value: Any) -> Any:
+    type_name = type_name if isinstance(type_name, str) else type_name.__name__
+    if type_name == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return value.lower() in ("1", "true", "yes", "on")
+        raise KogConfigError(f"kog option {name}={value!r}; expected a boolean")
+    if type_name == "int":
+        if isinstance(value, bool):
+            raise KogConfigError(f"kog option {name}={value!r}; expected an integer")
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise KogConfigError(f"kog option {name}={value!r}; expected an integer") from None
+    if type_name == "str":
+        if not isinstance(value, str):
+            raise KogConfigError(f"kog option {name}={value!r}; expected a string")
+        return value
+    raise AssertionError(f"unhandled option type {type_name}")

@@ -1,0 +1,132 @@
+"""The one gate every engine step passes through: kog path or stock.
+
+Three levels, each returning None (eligible) or a reason string that is logged once and counted:
+  server_unsupported_reason(vllm_config)        parallelism, LoRA, speculative decoding, KV dtype, ...
+  request_unsupported_reason(sampling_params, lora_request)
+                                                what a request asks for that the kog path does not do
+  step_unsupported_reason(scheduler_output, request_reasons)
+                                                exactly one request, decoding one token, nothing else
+All TP ranks see the same SchedulerOutput and config, so they take the same decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# Reasons a request can never take the kog path. Keys are the SamplingParams fields; `kog doctor` lists them.
+REQUEST_FEATURES = {
+    "logprobs": "logprobs requested",
+    "prompt_logprobs": "prompt logprobs requested",
+    "penalties": "presence/frequency/repetition penalty",
+    "logit_bias": "logit_bias",
+    "allowed_token_ids": "allowed_token_ids",
+    "bad_words": "bad_words",
+    "min_tokens": "min_tokens > 0",
+    "structured_outputs": "structured output (guided decoding)",
+    "lora": "LoRA adapter",
+    "pooling": "pooling request",
+}
+
+# Everything else a request may ask for runs on the kog path: greedy, temperature, top-k, top-p, min-p and seeds
+# are applied by vLLM's own sampler to the kog path's logits; EOS, stop ids, stop strings, max_tokens stay
+# vLLM's (scheduler and detokenizer).
+KOG_PATH_FEATURES = (
+    "greedy",
+    "temperature / top-k / top-p / min-p (vLLM's sampler on kog logits)",
+    "seed",
+    "stop, stop_token_ids, ignore_eos, max_tokens",
+)
+
+SERVER_FEATURES = {
+    "pipeline_parallel": "pipeline parallelism",
+    "data_parallel": "data parallelism",
+    "decode_context_parallel": "decode context parallelism",
+    "lora": "LoRA enabled on the server",
+    "speculative": "speculative decoding configured",
+    "kv_cache_dtype": "KV-cache dtype differs from the model's",
+    "model_dtype": "model dtype is not bf16",
+    "encoder_decoder": "encoder-decoder model",
+    "multimodal": "multimodal model",
+    "pooling": "pooling model",
+}
+
+
+def request_unsupported_reason(sampling_params: Any, lora_request: Any = None, pooling_params: Any = None) -> str | None:
+    if pooling_params is not None or sampling_params is None:
+        return REQUEST_FEATURES["pooling"]
+    sp = sampling_params
+    if lora_request is not None:
+        return REQUEST_FEATURES["lora"]
+    if sp.logprobs is not None:
+        return REQUEST_FEATURES["logprobs"]
+    if sp.prompt_logprobs is not None:
+        return REQUEST_FEATURES["prompt_logprobs"]
+    if sp.presence_penalty != 0.0 or sp.frequency_penalty != 0.0 or sp.repetition_penalty != 1.0:
+        return REQUEST_FEATURES["penalties"]
+    if sp.logit_bias:
+        return REQUEST_FEATURES["logit_bias"]
+    if sp.allowed_token_ids:
+        return REQUEST_FEATURES["allowed_token_ids"]
+    if sp.bad_words or getattr(sp, "bad_words_token_ids", None):
+        return REQUEST_FEATURES["bad_words"]
+    if sp.min_tokens and sp.min_tokens > 0:
+        return REQUEST_FEATURES["min_tokens"]
+    if sp.structured_outputs is not None:
+        return REQUEST_FEATURES["structured_outputs"]
+    return None
+
+
+def step_unsupported_reason(
+    scheduler_output: Any, request_reasons: Mapping[str, str | None], dummy_run: bool = False
+) -> str | None:
+    if dummy_run:
+        return "dummy run"
+    num_reqs = len(scheduler_output.num_scheduled_tokens)
+    if num_reqs != 1:
+        return "batch of several requests" if num_reqs > 1 else "no request scheduled"
+    if scheduler_output.scheduled_new_reqs:
+        return "prefill"
+    if scheduler_output.total_num_scheduled_tokens != 1:
+        return "prefill"
+    if scheduler_output.scheduled_spec_decode_tokens:
+        return "speculative tokens scheduled"
+    if scheduler_output.scheduled_encoder_inputs:
+        return "encoder inputs scheduled"
+    if scheduler_output.has_structured_output_requests:
+        return REQUEST_FEATURES["structured_outputs"]
+    (req_id,) = scheduler_output.num_scheduled_tokens
+    if req_id not in request_reasons:
+        return "request unknown to the kog runner"
+    return request_reasons[req_id]
+
+
+def server_unsupported_reason(vllm_config: Any) -> str | None:
+    pc = vllm_config.parallel_config
+    mc = vllm_config.model_config
+    if pc.pipeline_parallel_size != 1:
+        return SERVER_FEATURES["pipeline_parallel"]
+    if pc.data_parallel_size != 1:
+        return SERVER_FEATURES["data_parallel"]
+    if getattr(pc, "decode_context_parallel_size", 1) != 1 or getattr(pc, "prefill_context_parallel_size", 1) != 1:
+        return SERVER_FEATURES["decode_context_parallel"]
+    if vllm_config.lora_config is not None:
+        return SERVER_FEATURES["lora"]
+    if vllm_config.speculative_config is not None:
+        return SERVER_FEATURES["speculative"]
+    if mc is None:
+        return "no model config"
+    if getattr(mc, "is_encoder_decoder", False):
+        return SERVER_FEATURES["encoder_decoder"]
+    if getattr(mc, "is_multimodal_model", False):
+        return SERVER_FEATURES["multimodal"]
+    if getattr(mc, "runner_type", "generate") != "generate":
+        return SERVER_FEATURES["pooling"]
+    import torch
+
+    if mc.dtype != torch.bfloat16:
+        return f"{SERVER_FEATURES['model_dtype']} ({mc.dtype})"
+    cache_dtype = vllm_config.cache_config.cache_dtype
+    if cache_dtype not in ("auto", "bfloat16"):
+        return f"{SERVER_FEATURES['kv_cache_dtype']} ({cache_dtype})"
+    return None

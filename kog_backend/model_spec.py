@@ -1,0 +1,216 @@
+"""What the kog path needs to know about a loaded model: its shape and views of vLLM's own tensors.
+
+Nothing here copies a weight: every tensor is the vLLM parameter itself (TP-local shard), so the torch step
+and the monokernel read exactly the bytes the stock path reads.
+
+Shapes (TP-local, bf16, row-major [out, in]):
+  embed       [V_pad/tp, H]        vocab padded to a multiple of 64 by vLLM
+  qkv         [(nh + 2 nkv) D, H]  rows Q | K | V
+  q_norm      [D]                  Qwen3 only (k_norm likewise)
+  o_proj      [H, nh D]
+  gate_up     [2 I, H]             rows gate | up
+  down        [H, I]
+  norms       [H]
+  lm_head     [V_pad/tp, H]        the same tensor as embed when tied
+  cos_sin     [max_pos, D]         cos in [:, :D/2], sin in [:, D/2:], the model's dtype; llama3 scaling included
+KV cache per layer: logical [num_blocks, nkv, block_size, 2 D] (K in [..., :D], V in [..., D:]); read its
+strides, the memory order is NHD by default but HND under VLLM_KV_CACHE_LAYOUT or a KV connector.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+SUPPORTED_ARCHS = {
+    "LlamaForCausalLM": "llama",
+    "Qwen3ForCausalLM": "qwen3",
+    "MistralForCausalLM": "llama",
+}
+SUPPORTED_HEAD_DIMS = (64, 128)
+
+
+class UnsupportedModel(Exception):
+    """The loaded model cannot run on the kog path; str(e) is the reason."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderShape:
+    arch: str  # "llama" | "qwen3"
+    num_layers: int
+    hidden_size: int
+    num_heads: int  # TP-local
+    num_kv_heads: int  # TP-local
+    head_dim: int
+    intermediate_size: int  # TP-local
+    vocab_size: int  # logical vocabulary (never sample a padded row)
+    padded_vocab_local: int  # rows of this rank's LM head shard
+    vocab_start: int  # first logical id held by this rank's LM head shard
+    rms_eps: float
+    qk_norm: bool
+    tied_embeddings: bool
+    max_position: int
+    tp_size: int = 1
+    tp_rank: int = 0
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def gqa_ratio(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+
+@dataclasses.dataclass
+class LayerWeights:
+    input_norm: torch.Tensor
+    qkv: torch.Tensor
+    q_norm: torch.Tensor | None
+    k_norm: torch.Tensor | None
+    o_proj: torch.Tensor
+    post_norm: torch.Tensor
+    gate_up: torch.Tensor
+    down: torch.Tensor
+
+
+@dataclasses.dataclass
+class DecoderWeights:
+    shape: DecoderShape
+    embed: torch.Tensor
+    layers: list[LayerWeights]
+    final_norm: torch.Tensor
+    lm_head: torch.Tensor
+    cos_sin: torch.Tensor
+
+    def weight_bytes_per_token(self) -> int:
+        """Bytes of weights one decode step reads (embedding: one row; tied LM head counted once)."""
+        n = sum(t.numel() * t.element_size() for lw in self.layers for t in dataclasses.astuple(lw) if t is not None)
+        n += self.lm_head.numel() * self.lm_head.element_size()
+        n += self.final_norm.numel() * self.final_norm.element_size()
+        n += self.embed.shape[1] * self.embed.element_size()
+        return n
+
+
+@dataclasses.dataclass(frozen=True)
+class KVCacheView:
+    """K and V views of one layer's paged cache: [num_blocks, block_size, nkv, D] each (strided)."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+
+    @property
+    def block_size(self) -> int:
+        return self.k.shape[1]
+
+    @property
+    def num_blocks(self) -> int:
+        return self.k.shape[0]
+
+
+def kv_cache_view(kv_cache: torch.Tensor, head_dim: int) -> KVCacheView:
+    if kv_cache.dim() != 4 or kv_cache.shape[-1] != 2 * head_dim:
+        raise UnsupportedModel(
+            f"KV cache of shape {tuple(kv_cache.shape)} is not the flash layout [blocks, kv_heads, block, 2*{head_dim}]"
+        )
+    if kv_cache.stride(-1) != 1:
+        raise UnsupportedModel("KV cache's head dimension is not contiguous")
+    kv = kv_cache.permute(0, 2, 1, 3)  # [blocks, block_size, nkv, 2D], strided
+    return KVCacheView(k=kv[..., :head_dim], v=kv[..., head_dim:])
+
+
+def _rms_eps(norm: Any) -> float:
+    eps = getattr(norm, "variance_epsilon", None)
+    if eps is None:
+        eps = getattr(norm, "eps")
+    return float(eps)
+
+
+def from_vllm_model(model: torch.nn.Module, vllm_config: Any) -> DecoderWeights:
+    """Views of a loaded vLLM Llama/Qwen3 model (`runner.model`). Raises UnsupportedModel with a reason."""
+    hf = vllm_config.model_config.hf_config
+    archs = list(getattr(hf, "architectures", None) or [])
+    arch = SUPPORTED_ARCHS.get(archs[0]) if archs else None
+    if arch is None:
+        raise UnsupportedModel(f"architecture {archs or type(model).__name__} is not supported (llama, qwen3 dense only)")
+    inner = getattr(model, "model", None)
+    if inner is None or not hasattr(inner, "layers"):
+        raise UnsupportedModel(f"{type(model).__name__} has no .model.layers")
+    if getattr(hf, "sliding_window", None) and getattr(hf, "use_sliding_window", True) and arch == "llama":
+        raise UnsupportedModel("sliding-window attention is not supported")
+    params = {n: p for n, p in model.named_parameters()}
+    quantised = [n for n, p in params.items() if p.dtype not in (torch.bfloat16, torch.float16, torch.float32)]
+    if quantised or vllm_config.model_config.quantization:
+        raise UnsupportedModel(f"quantised weights ({vllm_config.model_config.quantization or quantised[0]})")
+    dtype = vllm_config.model_config.dtype
+    if dtype != torch.bfloat16:
+        raise UnsupportedModel(f"model dtype {dtype} (bf16 only)")
+
+    layers = []
+    attn0 = inner.layers[0].self_attn
+    for i, layer in enumerate(inner.layers):
+        attn, mlp = layer.self_attn, layer.mlp
+        if not hasattr(mlp, "gate_up_proj"):
+            raise UnsupportedModel(f"layer {i} MLP {type(mlp).__name__} is not a dense gate/up/down MLP")
+        layers.append(
+            LayerWeights(
+                input_norm=layer.input_layernorm.weight,
+                qkv=attn.qkv_proj.weight,
+                q_norm=attn.q_norm.weight if hasattr(attn, "q_norm") else None,
+                k_norm=attn.k_norm.weight if hasattr(attn, "k_norm") else None,
+                o_proj=attn.o_proj.weight,
+                post_norm=layer.post_attention_layernorm.weight,
+                gate_up=mlp.gate_up_proj.weight,
+                down=mlp.down_proj.weight,
+            )
+        )
+    head_dim = attn0.head_dim
+    if head_dim not in SUPPORTED_HEAD_DIMS:
+        raise UnsupportedModel(f"head_dim {head_dim} (64 or 128 only)")
+    rope = attn0.rotary_emb
+    if type(rope).__name__ not in ("RotaryEmbedding", "Llama3RotaryEmbedding"):
+        raise UnsupportedModel(f"rotary embedding {type(rope).__name__} is not supported")
+    if not rope.is_neox_style or rope.rotary_dim != head_dim:
+        raise UnsupportedModel("only full-head neox-style RoPE is supported")
+    if getattr(attn0.attn, "sinks", None) is not None:
+        raise UnsupportedModel("attention sinks are not supported")
+    lm_head = model.lm_head.weight
+    embed = inner.embed_tokens.weight
+    lm = model.lm_head
+    shard_indices = getattr(lm, "shard_indices", None)
+    vocab_start = int(shard_indices.org_vocab_start_index) if shard_indices is not None else 0
+    shape = DecoderShape(
+        arch=arch,
+        num_layers=len(layers),
+        hidden_size=embed.shape[1],
+        num_heads=attn0.num_heads,
+        num_kv_heads=attn0.num_kv_heads,
+        head_dim=head_dim,
+        intermediate_size=layers[0].down.shape[1],
+        vocab_size=int(hf.vocab_size),
+        padded_vocab_local=lm_head.shape[0],
+        vocab_start=vocab_start,
+        rms_eps=_rms_eps(inner.layers[0].input_layernorm),
+        qk_norm=layers[0].q_norm is not None,
+        tied_embeddings=lm_head.data_ptr() == embed.data_ptr(),
+        max_position=rope.cos_sin_cache.shape[0],
+        tp_size=vllm_config.parallel_config.tensor_parallel_size,
+        tp_rank=getattr(lm, "tp_rank", 0),
+    )
+    cos_sin = rope.cos_sin_cache
+    if cos_sin.dtype != dtype:
+        cos_sin = cos_sin.to(dtype)  # what vLLM's rope does on first use (rotary_embedding/base.py)
+    return DecoderWeights(
+        shape=shape,
+        embed=embed,
+        layers=layers,
+        final_norm=inner.norm.weight,
+        lm_head=lm_head,
+        cos_sin=cos_sin,
+    )

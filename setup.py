@@ -1,0 +1,57 @@
+"""Builds kog_backend._C (csrc/) with torch's extension tooling.
+
+The extension uses only TORCH_LIBRARY registrations (no Python C API), so it is built against the
+limited API (`_C.abi3.so`) and loads on any CPython through `torch.ops.load_library`.
+
+Environment:
+  KOG_BUILD_EXT=0        install the Python package only (the .so was built elsewhere and carried).
+  KOG_CUDA_ARCH=90a      gencode target (sm_90a: the monokernel uses Hopper-only instructions).
+  KOG_NVCC_THREADS=2     parallel nvcc threads.
+"""
+
+import glob
+import os
+
+from setuptools import setup
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def _ext_modules():
+    if os.environ.get("KOG_BUILD_EXT", "1") == "0":
+        return [], {}
+    from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+    arch = os.environ.get("KOG_CUDA_ARCH", "90a")
+    sources = sorted(
+        os.path.relpath(p, ROOT)
+        for p in glob.glob(os.path.join(ROOT, "csrc", "*.cu")) + glob.glob(os.path.join(ROOT, "csrc", "*.cpp"))
+    )
+    ext = CUDAExtension(
+        name="kog_backend._C",
+        sources=sources,
+        include_dirs=[os.path.join(ROOT, "csrc", "include")],
+        py_limited_api=True,
+        extra_compile_args={
+            "cxx": ["-O3", "-std=c++17", "-DPy_LIMITED_API=0x030A0000"],
+            "nvcc": [
+                "-O3",
+                "-std=c++17",
+                f"-gencode=arch=compute_{arch},code=sm_{arch}",
+                "--expt-relaxed-constexpr",
+                "-lineinfo",
+                f"--threads={os.environ.get('KOG_NVCC_THREADS', '2')}",
+                "-Xptxas=-v" if os.environ.get("KOG_PTXAS_VERBOSE") else "",
+            ],
+        },
+    )
+    ext.extra_compile_args["nvcc"] = [a for a in ext.extra_compile_args["nvcc"] if a]
+    return [ext], {"build_ext": BuildExtension}
+
+
+ext_modules, cmdclass = _ext_modules()
+setup(
+    ext_modules=ext_modules,
+    cmdclass=cmdclass,
+    options={"bdist_wheel": {"py_limited_api": "cp310"}} if ext_modules else {},
+)
