@@ -1,0 +1,50 @@
+"""GPU + vLLM integration tests. They run on the H200 device (see README: "GPU tests") and skip elsewhere.
+
+Checkpoints are random-weight models with real shapes, written once per session under $KOG_TEST_CKPT_DIR
+(default /tmp/kog-test-ckpt) by kog_backend.checkpoints.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def _gpu_reason() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU"
+    if torch.cuda.get_device_capability() != (9, 0):
+        return f"needs sm_90, found {torch.cuda.get_device_name()}"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = _gpu_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=reason)
+    for item in items:
+        item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def checkpoint():
+    """checkpoint(shape) -> directory of a random-weight checkpoint (written on first use)."""
+    root = os.environ.get("KOG_TEST_CKPT_DIR", "/tmp/kog-test-ckpt")
+    made: dict[str, str] = {}
+
+    def get(shape: str) -> str:
+        if shape not in made:
+            from kog_backend.checkpoints import write_checkpoint
+
+            out = os.path.join(root, shape)
+            write_checkpoint(shape, out, seed=0)
+            made[shape] = out
+        return made[shape]
+
+    return get

@@ -1,0 +1,52 @@
+"""Small helpers shared by the vLLM integration tests."""
+
+from __future__ import annotations
+
+import random
+
+KOG_WORKER = "kog_backend.worker.KogWorker"
+
+
+def engine_kwargs(**over):
+    kw = dict(
+        enforce_eager=True,  # start-up in seconds; the kog path never uses vLLM's graphs anyway
+        gpu_memory_utilization=0.30,
+        max_model_len=4096,
+        max_num_seqs=8,
+        seed=0,
+    )
+    kw.update(over)
+    return kw
+
+
+def kog_kwargs(kog_options=None, **over):
+    return engine_kwargs(worker_cls=KOG_WORKER, additional_config={"kog": dict(kog_options or {})}, **over)
+
+
+def random_prompts(n: int, lengths, vocab: int, seed: int = 1234):
+    rng = random.Random(seed)
+    return [{"prompt_token_ids": [rng.randrange(1000, vocab - 1000) for _ in range(lengths[i % len(lengths)])]} for i in range(n)]
+
+
+def token_ids(outputs):
+    return [list(o.outputs[0].token_ids) for o in outputs]
+
+
+def first_mismatch(a, b):
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def kog_stats(llm) -> dict:
+    """Counters of the kog workers, summed over ranks."""
+    per_rank = llm.collective_rpc("kog_stats")
+    total = {"kog_steps": 0, "kog_tokens": 0, "fallback_steps": 0, "fallbacks": {}, "disabled_reason": None}
+    for s in per_rank:
+        for k in ("kog_steps", "kog_tokens", "fallback_steps"):
+            total[k] += s[k]
+        for reason, n in s["fallbacks"].items():
+            total["fallbacks"][reason] = total["fallbacks"].get(reason, 0) + n
+        total["disabled_reason"] = total["disabled_reason"] or s["disabled_reason"]
+    return total

@@ -1,0 +1,164 @@
+"""The eligibility gate on vLLM's own SchedulerOutput, SamplingParams and config objects: every reason has a case."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+from vllm.sampling_params import SamplingParams, StructuredOutputsParams
+from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
+
+from kog_backend import eligibility
+from kog_backend.eligibility import REQUEST_FEATURES, SERVER_FEATURES
+
+
+def _new_req(req_id: str, sp: SamplingParams | None = None) -> NewRequestData:
+    return NewRequestData(
+        req_id=req_id,
+        prompt_token_ids=[1, 2, 3],
+        mm_features=[],
+        sampling_params=sp or SamplingParams(),
+        pooling_params=None,
+        block_ids=([1],),
+        num_computed_tokens=0,
+        lora_request=None,
+        prefill_token_ids=[1, 2, 3],
+    )
+
+
+def _decode_step(*req_ids: str, tokens: int = 1, **overrides) -> SchedulerOutput:
+    so = SchedulerOutput.make_empty()
+    so.scheduled_cached_reqs = CachedRequestData.make_empty()
+    so.num_scheduled_tokens = {r: tokens for r in req_ids}
+    so.total_num_scheduled_tokens = tokens * len(req_ids)
+    for k, v in overrides.items():
+        setattr(so, k, v)
+    return so
+
+
+OK = {"a": None, "b": None}
+
+
+def test_single_decode_is_eligible():
+    assert eligibility.step_unsupported_reason(_decode_step("a"), OK) is None
+
+
+@pytest.mark.parametrize(
+    "so,reason",
+    [
+        (_decode_step("a", "b"), "batch of several requests"),
+        (_decode_step(), "no request scheduled"),
+        (_decode_step("a", tokens=7), "prefill"),
+        (_decode_step("a", scheduled_new_reqs=[_new_req("a")]), "prefill"),
+        (_decode_step("a", scheduled_spec_decode_tokens={"a": [5]}), "speculative tokens scheduled"),
+        (_decode_step("a", scheduled_encoder_inputs={"a": [0]}), "encoder inputs scheduled"),
+        (_decode_step("a", has_structured_output_requests=True), REQUEST_FEATURES["structured_outputs"]),
+        (_decode_step("zz"), "request unknown to the kog runner"),
+    ],
+)
+def test_step_reasons(so, reason):
+    assert eligibility.step_unsupported_reason(so, OK) == reason
+
+
+def test_dummy_run_is_refused():
+    assert eligibility.step_unsupported_reason(_decode_step("a"), OK, dummy_run=True) == "dummy run"
+
+
+def test_request_reason_is_the_step_reason():
+    reasons = {"a": REQUEST_FEATURES["logprobs"]}
+    assert eligibility.step_unsupported_reason(_decode_step("a"), reasons) == REQUEST_FEATURES["logprobs"]
+
+
+@pytest.mark.parametrize(
+    "kwargs,key",
+    [
+        (dict(logprobs=0), "logprobs"),
+        (dict(logprobs=5), "logprobs"),
+        (dict(prompt_logprobs=1), "prompt_logprobs"),
+        (dict(presence_penalty=0.5), "penalties"),
+        (dict(frequency_penalty=-0.5), "penalties"),
+        (dict(repetition_penalty=1.1), "penalties"),
+        (dict(logit_bias={3: 1.0}), "logit_bias"),
+        (dict(allowed_token_ids=[1, 2]), "allowed_token_ids"),
+        (dict(bad_words=["x"]), "bad_words"),
+        (dict(min_tokens=4), "min_tokens"),
+        (dict(structured_outputs=StructuredOutputsParams(regex="a+")), "structured_outputs"),
+    ],
+)
+def test_request_reasons(kwargs, key):
+    assert eligibility.request_unsupported_reason(SamplingParams(**kwargs)) == REQUEST_FEATURES[key]
+
+
+def test_lora_and_pooling_requests():
+    assert eligibility.request_unsupported_reason(SamplingParams(), lora_request=object()) == REQUEST_FEATURES["lora"]
+    assert eligibility.request_unsupported_reason(None, pooling_params=object()) == REQUEST_FEATURES["pooling"]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(),
+        dict(temperature=0.0),
+        dict(temperature=0.8, top_p=0.9),
+        dict(temperature=1.0, top_k=20, min_p=0.05, seed=7),
+        dict(stop=["\n\n"], stop_token_ids=[2], ignore_eos=True, max_tokens=3),
+    ],
+)
+def test_supported_requests(kwargs):
+    assert eligibility.request_unsupported_reason(SamplingParams(**kwargs)) is None
+
+
+def _vllm_config(**over):
+    pc = types.SimpleNamespace(
+        pipeline_parallel_size=1, data_parallel_size=1, decode_context_parallel_size=1, prefill_context_parallel_size=1
+    )
+    mc = types.SimpleNamespace(
+        dtype=torch.bfloat16, is_encoder_decoder=False, is_multimodal_model=False, runner_type="generate"
+    )
+    cfg = types.SimpleNamespace(
+        parallel_config=pc,
+        model_config=mc,
+        cache_config=types.SimpleNamespace(cache_dtype="auto"),
+        lora_config=None,
+        speculative_config=None,
+    )
+    for path, value in over.items():
+        obj = cfg
+        *head, last = path.split(".")
+        for h in head:
+            obj = getattr(obj, h)
+        setattr(obj, last, value)
+    return cfg
+
+
+def test_server_eligible():
+    assert eligibility.server_unsupported_reason(_vllm_config()) is None
+
+
+@pytest.mark.parametrize(
+    "over,key",
+    [
+        ({"parallel_config.pipeline_parallel_size": 2}, "pipeline_parallel"),
+        ({"parallel_config.data_parallel_size": 2}, "data_parallel"),
+        ({"parallel_config.decode_context_parallel_size": 2}, "decode_context_parallel"),
+        ({"lora_config": object()}, "lora"),
+        ({"speculative_config": object()}, "speculative"),
+        ({"model_config.is_encoder_decoder": True}, "encoder_decoder"),
+        ({"model_config.is_multimodal_model": True}, "multimodal"),
+        ({"model_config.runner_type": "pooling"}, "pooling"),
+        ({"model_config.dtype": torch.float16}, "model_dtype"),
+        ({"cache_config.cache_dtype": "fp8"}, "kv_cache_dtype"),
+    ],
+)
+def test_server_reasons(over, key):
+    assert eligibility.server_unsupported_reason(_vllm_config(**over)).startswith(SERVER_FEATURES[key])
+
+
+def test_server_reasons_on_a_real_vllm_config():
+    """vLLM's own config object has every attribute the gate reads."""
+    from vllm.config import DeviceConfig, VllmConfig
+
+    cfg = VllmConfig(device_config=DeviceConfig(device="cpu"))
+    # No model config: the gate must say so rather than raise.
+    assert eligibility.server_unsupported_reason(cfg) == "no model config"
