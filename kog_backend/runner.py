@@ -10,6 +10,7 @@ async output copy, `postprocess_sampled`), so the scheduler, detokenizer and sto
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -19,6 +20,7 @@ from vllm.logger import init_logger
 from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 from vllm.v1.worker.gpu.model_runner import ExecuteModelState
 from vllm.v1.worker.gpu.model_runner import GPUModelRunner as GPUModelRunnerV2
+from vllm.v1.worker.gpu.sample.output import SamplerOutput
 
 from kog_backend import eligibility, model_spec, torch_step
 from kog_backend.config import KogConfig
@@ -27,6 +29,22 @@ from kog_backend.counters import StepCounters, state_dir
 logger = init_logger("kog_backend.runner")
 
 _ONE_TOKEN = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=1, num_reqs=1)
+_GREEDY_TEMPERATURE = 1e-5  # vLLM's SamplingParams: temperature below this is greedy
+
+
+@dataclasses.dataclass(frozen=True)
+class _KogRequest:
+    reason: str | None  # why this request never takes the kog path, or None
+    greedy: bool
+    prompt_len: int
+    max_tokens: int
+
+
+def burst_length(tokens_per_step: int, position: int, prompt_len: int, max_tokens: int, max_model_len: int) -> int:
+    """Tokens one kog step may generate for the token at `position`: at most K, never past max_tokens (outputs
+    so far: position - prompt_len + 1) or max_model_len (the last token may sit at max_model_len - 1)."""
+    outputs_so_far = position - prompt_len + 1
+    return max(1, min(tokens_per_step, max_tokens - outputs_so_far, max_model_len - 1 - position))
 
 
 class KogModelRunner(GPUModelRunnerV2):
@@ -36,7 +54,9 @@ class KogModelRunner(GPUModelRunnerV2):
         rank = vllm_config.parallel_config.rank
         path = os.path.join(state_dir(self.kog_config.state_dir), f"stats-{os.getpid()}-rank{rank}.json")
         self.kog_counters = StepCounters(path=path)
-        self._kog_request_reasons: dict[str, str | None] = {}
+        self._kog_requests: dict[str, _KogRequest] = {}
+        self._kog_burst: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._kog_tokens_per_step = self._kog_effective_tokens_per_step(vllm_config)
         self._kog_weights: model_spec.DecoderWeights | None = None
         self._kog_kv_caches: list[torch.Tensor] = []
         self._kog_all_reduce = None
@@ -45,6 +65,27 @@ class KogModelRunner(GPUModelRunnerV2):
             self._kog_disable(reason)
 
     # ---- set-up --------------------------------------------------------------------------------------------
+
+    def _kog_effective_tokens_per_step(self, vllm_config: Any) -> int:
+        k = self.kog_config.tokens_per_step
+        if k == 1:
+            return 1
+        from kog_backend.scheduler import KogScheduler
+
+        sc = vllm_config.scheduler_config
+        try:
+            cls = sc.get_scheduler_cls()
+        except Exception:  # an unimportable scheduler is vLLM's error to report
+            cls = None
+        problem = None
+        if not (isinstance(cls, type) and issubclass(cls, KogScheduler)):
+            problem = "the scheduler is not kog_backend.scheduler.KogScheduler (pass --scheduler-cls or use --backend kog)"
+        elif sc.async_scheduling:
+            problem = "async scheduling is on"
+        if problem is not None:
+            logger.warning("kog: tokens_per_step=%d needs its scheduler; running 1 token per step: %s", k, problem)
+            return 1
+        return k
 
     @property
     def kog_disabled_reason(self) -> str | None:
@@ -103,20 +144,26 @@ class KogModelRunner(GPUModelRunnerV2):
     def add_requests(self, scheduler_output: Any) -> None:
         super().add_requests(scheduler_output)
         for new in scheduler_output.scheduled_new_reqs:
-            self._kog_request_reasons[new.req_id] = eligibility.request_unsupported_reason(
-                new.sampling_params, new.lora_request, new.pooling_params
+            sp = new.sampling_params
+            self._kog_requests[new.req_id] = _KogRequest(
+                reason=eligibility.request_unsupported_reason(sp, new.lora_request, new.pooling_params),
+                greedy=sp is not None and sp.temperature < _GREEDY_TEMPERATURE,
+                prompt_len=len(new.prompt_token_ids or ()),
+                max_tokens=(sp.max_tokens if sp is not None and sp.max_tokens is not None else 1),
             )
 
     def _remove_request(self, req_id: str) -> bool:
-        self._kog_request_reasons.pop(req_id, None)
+        self._kog_requests.pop(req_id, None)
         return super()._remove_request(req_id)
 
     # ---- the step --------------------------------------------------------------------------------------------
 
     def _kog_step_reason(self, scheduler_output: Any) -> str | None:
         if self.kog_disabled_reason is not None:
-            return "kog disabled"
-        return eligibility.step_unsupported_reason(scheduler_output, self._kog_request_reasons)
+            return self.kog_disabled_reason
+        requests = self._kog_requests
+        reasons = {rid: requests[rid].reason for rid in scheduler_output.num_scheduled_tokens if rid in requests}
+        return eligibility.step_unsupported_reason(scheduler_output, reasons)
 
     @torch.inference_mode()
     def execute_model(
@@ -152,7 +199,19 @@ class KogModelRunner(GPUModelRunnerV2):
 
         input_batch = self.prepare_inputs(scheduler_output, _ONE_TOKEN)
         block_tables, slot_mappings = self.prepare_attn(input_batch)
-        hidden = self._kog_torch_step(input_batch, block_tables[0][0], slot_mappings[0][0])
+        block_table, slot = block_tables[0][0], slot_mappings[0][0]
+        request = self._kog_requests[input_batch.req_ids[0]]
+        position = int(input_batch.num_computed_tokens_np[0])
+        k = 1
+        if request.greedy and self._kog_tokens_per_step > 1:
+            k = burst_length(
+                self._kog_tokens_per_step, position, request.prompt_len, request.max_tokens, self.max_model_len
+            )
+        if k == 1:
+            # One token: vLLM's own LM head and sampler run on this hidden state in sample_tokens.
+            hidden = self._kog_torch_step(input_batch, block_table, slot, input_batch.input_ids[:1], 0)
+        else:
+            hidden = self._kog_torch_burst(input_batch, block_table, slot, k)
 
         self.execute_model_state = ExecuteModelState(
             input_batch=input_batch,
@@ -162,22 +221,55 @@ class KogModelRunner(GPUModelRunnerV2):
             aux_hidden_states=None,
             finished_req_ids=scheduler_output.finished_req_ids,
         )
-        self.kog_counters.record_kog(1)
+        self.kog_counters.record_kog(k)
         return None
 
-    def _kog_torch_step(
-        self, input_batch: Any, block_table: torch.Tensor, slot: torch.Tensor
+    def _kog_torch_burst(
+        self, input_batch: Any, block_table: torch.Tensor, slot: torch.Tensor, k: int
     ) -> torch.Tensor:
-        """Final hidden state [1, H] of the request's next token. All indices stay on the GPU; the host only
-        knows an upper bound of the context length (vLLM's seq_lens_cpu_upper_bound)."""
-        weights = self._kog_weights
-        residual = self.model.model.embed_tokens(input_batch.input_ids[:1])[0]
-        max_seq_len = int(input_batch.seq_lens_cpu_upper_bound[0])
+        """Greedy decoding of k tokens, each the next position's input, each position's K/V written into the
+        slots KogScheduler reserved. Leaves the tokens for `sample`, returns the last hidden state."""
+        block_size = self._kog_kv_caches[0].shape[2]
+        tokens = torch.empty(1, k, dtype=torch.int64, device=self.device)
+        token = input_batch.input_ids[:1]
+        position = input_batch.positions[0]
+        for j in range(k):
+            if j > 0:
+                pos = position + j
+                slot = block_table[pos // block_size].long() * block_size + pos % block_size
+            hidden = self._kog_torch_step(input_batch, block_table, slot, token, j)
+            logits = self.model.compute_logits(hidden)
+            tokens[0, j] = torch_step.greedy(logits[0])
+            token = tokens[0, j : j + 1]
+        num_sampled = torch.full((1,), k, dtype=torch.int32, device=self.device)
+        # post_update advances num_computed_tokens by query_len - num_rejected = 1 - (1 - k) = k positions.
+        num_rejected = torch.full((1,), 1 - k, dtype=torch.int32, device=self.device)
+        self._kog_burst = (tokens, num_sampled, num_rejected)
+        return hidden
+
+    def sample(self, hidden_states: torch.Tensor, input_batch: Any, grammar_output: Any) -> Any:
+        burst, self._kog_burst = self._kog_burst, None
+        if burst is None:
+            return super().sample(hidden_states, input_batch, grammar_output)
+        tokens, num_sampled, num_rejected = burst
+        out = SamplerOutput(
+            sampled_token_ids=tokens, logprobs_tensors=None, num_nans=None,
+            num_sampled=num_sampled, num_rejected=num_rejected,
+        )
+        return out, num_sampled, num_rejected
+
+    def _kog_torch_step(
+        self, input_batch: Any, block_table: torch.Tensor, slot: torch.Tensor, token: torch.Tensor, offset: int
+    ) -> torch.Tensor:
+        """Final hidden state [1, H] of `token` (int [1], device) at the step's position + offset. All indices stay
+        on the device; the host only knows an upper bound of the context length (seq_lens_cpu_upper_bound)."""
+        residual = self.model.model.embed_tokens(token)[0]
+        max_seq_len = int(input_batch.seq_lens_cpu_upper_bound[0]) + offset
         hidden = torch_step.decode_hidden(
-            weights,
+            self._kog_weights,
             self._kog_kv_caches,
             residual,
-            input_batch.positions[0],
+            input_batch.positions[0] + offset,
             slot,
             block_table,
             max_seq_len,

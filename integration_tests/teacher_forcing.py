@@ -1,0 +1,111 @@
+"""Teacher forcing across two engines: record every step's logits, optionally overriding the sampled token.
+
+Greedy outputs of kog and stock can only differ where a bf16 near-tie flips the argmax (random-weight models have
+many: logits are rounded to bf16, whose spacing near the top logit is a few percent of a typical top-2 gap). To
+tell a flip from a bug, stock decodes freely and records its logits; kog then decodes the same request while its
+sampled tokens are forced to stock's, and records its logits at every step. `compare` checks that the logits
+agree within a stated tolerance at every step and that every step where kog's argmax differs had a stock top-2
+margin within that tolerance.
+
+The engine runs in a spawned process, in-process mode (VLLM_ENABLE_V1_MULTIPROCESSING=0), so that a proxy can be
+put around the runner's sampler: it sees the logits of both the stock path and the kog path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import os
+from typing import Any
+
+import torch
+
+
+@dataclasses.dataclass
+class Recording:
+    tokens: list[int]  # what the engine emitted (the forced tokens when forcing)
+    logits: torch.Tensor  # [steps, vocab] float32, one row per sampled token
+    kog_stats: dict[str, Any] | None
+
+
+class _SamplerProxy:
+    def __init__(self, sampler: Any, vocab: int, force: list[int] | None):
+        self._sampler = sampler
+        self._vocab = vocab
+        self._force = force
+        self.rows: list[torch.Tensor] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sampler, name)
+
+    def __call__(self, logits: torch.Tensor, input_batch: Any) -> Any:
+        assert logits.shape[0] == 1, "teacher forcing records single-request steps"
+        self.rows.append(logits[0, : self._vocab].float().cpu())
+        out = self._sampler(logits, input_batch)
+        if self._force is not None and len(self.rows) <= len(self._force):
+            out.sampled_token_ids.fill_(self._force[len(self.rows) - 1])
+        return out
+
+
+def _record(queue: Any, model: str, engine_kwargs: dict, prompt_ids: list[int], max_tokens: int,
+            force: list[int] | None) -> None:
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=model, **engine_kwargs)
+    worker = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker
+    runner = worker.model_runner
+    vocab = llm.llm_engine.model_config.get_vocab_size()
+    proxy = _SamplerProxy(runner.sampler, vocab, force)
+    runner.sampler = proxy
+    sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    out = llm.generate([{"prompt_token_ids": prompt_ids}], sp)[0].outputs[0]
+    stats = worker.kog_stats() if hasattr(worker, "kog_stats") else None
+    queue.put(Recording(list(out.token_ids), torch.stack(proxy.rows), stats))
+
+
+def record(model: str, engine_kwargs: dict, prompt_ids: list[int], max_tokens: int,
+           force: list[int] | None = None, timeout_s: float = 600) -> Recording:
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_record, args=(queue, model, engine_kwargs, prompt_ids, max_tokens, force))
+    proc.start()
+    try:
+        result = queue.get(timeout=timeout_s)
+    finally:
+        proc.join(60)
+        if proc.is_alive():
+            proc.kill()
+    return result
+
+
+@dataclasses.dataclass
+class Comparison:
+    steps: int
+    max_abs_diff: float  # over all steps and vocabulary entries
+    flips: list[tuple[int, float]]  # (step, stock top-2 margin) where kog's argmax differs from stock's token
+    unexplained: list[tuple[int, float, float]]  # (step, margin, |diff| at the two tokens) beyond tolerance
+    first_free_mismatch: int | None = None
+
+
+def top2_margin(row: torch.Tensor, token: int) -> float:
+    other = row.clone()
+    other[token] = float("-inf")
+    return float(row[token] - other.max())
+
+
+def compare(stock: Recording, kog_forced: Recording, atol: float) -> Comparison:
+    """kog's forced logits vs stock's free-running ones. A step where kog's argmax differs from stock's token is
+    explained when stock's top-2 margin there is at most 2*atol (each side may move by atol)."""
+    n = min(len(stock.tokens), kog_forced.logits.shape[0])
+    diff = (kog_forced.logits[:n] - stock.logits[:n]).abs()
+    flips, unexplained = [], []
+    for i in range(n):
+        want = stock.tokens[i]
+        got = int(torch.argmax(kog_forced.logits[i]))
+        if got != want:
+            margin = top2_margin(stock.logits[i], want)
+            flips.append((i, margin))
+            if margin > 2 * atol:
+                unexplained.append((i, margin, float(diff[i, [want, got]].max())))
+    return Comparison(steps=n, max_abs_diff=float(diff.max()), flips=flips, unexplained=unexplained)
