@@ -1,0 +1,116 @@
+"""Several tokens per engine step on the kog path (tokens_per_step K > 1, KogScheduler).
+
+Oracle chain: kog at K > 1 must equal kog at K = 1 token for token (the same per-token computation, only the
+number of engine steps differs), and kog at K = 1 agrees with stock under teacher forcing
+(test_teacher_forcing.py). Stops (stop ids, stop strings, max_tokens) must land exactly where K = 1 lands.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from vllm_helpers import first_mismatch, kog_kwargs, kog_stats, random_prompts, token_ids
+
+pytestmark = pytest.mark.vllm_gpu
+
+SHAPE = os.environ.get("KOG_TEST_SHAPE", "llama-3.2-1b")
+KS = (1, 4, 16)
+SCHEDULER = "kog_backend.scheduler.KogScheduler"
+
+
+def multi_kwargs(k: int, **over):
+    extra = dict(scheduler_cls=SCHEDULER, async_scheduling=False) if k > 1 else {}
+    return kog_kwargs({"tokens_per_step": k}, **extra, **over)
+
+
+@pytest.fixture(scope="module")
+def engines(checkpoint):
+    from vllm import LLM
+
+    path = checkpoint(SHAPE)
+    return {k: LLM(model=path, **multi_kwargs(k, gpu_memory_utilization=0.2)) for k in KS}
+
+
+def _greedy(max_tokens, **kw):
+    from vllm import SamplingParams
+
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, **kw)
+
+
+@pytest.mark.parametrize("max_tokens", [203, 17, 1])
+def test_greedy_identical_for_every_k(engines, max_tokens):
+    vocab = engines[1].llm_engine.model_config.get_vocab_size()
+    prompts = random_prompts(2, [32, 3], vocab, seed=21)
+    for p in prompts:
+        outs = {}
+        for k, llm in engines.items():
+            before = kog_stats(llm)
+            outs[k] = token_ids(llm.generate([p], _greedy(max_tokens, ignore_eos=True)))[0]
+            after = kog_stats(llm)
+            assert len(outs[k]) == max_tokens
+            steps = after["kog_steps"] - before["kog_steps"]
+            # Prefill gives the first token; bursts of up to K give the rest.
+            assert steps == -(-(max_tokens - 1) // k), (k, steps)
+            assert after["kog_tokens"] - before["kog_tokens"] == max_tokens - 1
+        for k in KS[1:]:
+            assert outs[k] == outs[1], f"K={k}: first mismatch at {first_mismatch(outs[k], outs[1])}"
+
+
+def test_stop_token_mid_burst(engines):
+    vocab = engines[1].llm_engine.model_config.get_vocab_size()
+    prompt = random_prompts(1, [24], vocab, seed=22)
+    free = token_ids(engines[1].generate(prompt, _greedy(64, ignore_eos=True)))[0]
+    # The first token not seen before index >= 6, so that the stop lands inside a burst of 4 and of 16.
+    stop_at = next(i for i in range(6, len(free)) if free[i] not in free[:i] and i % 4 != 0)
+    stop_id = free[stop_at]
+    for k, llm in engines.items():
+        out = llm.generate(prompt, _greedy(64, ignore_eos=True, stop_token_ids=[stop_id]))[0].outputs[0]
+        assert list(out.token_ids) == free[: stop_at + 1], k
+        assert out.finish_reason == "stop"
+
+
+def test_staggered_second_request(engines):
+    """A second request arrives mid-burst: both requests' tokens equal those of K = 1 run with the second
+    request arriving after the same number of the first request's tokens. No token lost, duplicated or reordered."""
+    vocab = engines[1].llm_engine.model_config.get_vocab_size()
+    p1, p2 = random_prompts(2, [20, 28], vocab, seed=23)
+    sp = _greedy(80, ignore_eos=True)
+
+    def run(llm, first_tokens_before_second: int):
+        eng = llm.llm_engine
+        eng.add_request("r1", p1, sp)
+        produced = {"r1": [], "r2": []}
+        added = False
+        while eng.has_unfinished_requests():
+            for out in eng.step():
+                produced[out.request_id] = list(out.outputs[0].token_ids)
+            if not added and len(produced["r1"]) >= first_tokens_before_second:
+                eng.add_request("r2", p2, sp)
+                added = True
+        return produced, len(produced["r1"])
+
+    # K=16: prefill step (1 token), then one burst (16 tokens): the second request arrives after 17 tokens.
+    kog16, _ = run(engines[16], 17)
+    ref, _ = run(engines[1], 17)
+    assert kog16["r1"] == ref["r1"] and kog16["r2"] == ref["r2"]
+    assert len(kog16["r1"]) == 80 and len(kog16["r2"]) == 80
+
+
+def test_stop_string_mid_burst(checkpoint):
+    """Stop strings are the detokenizer's: the text must end exactly where K = 1 ends it."""
+    from vllm import LLM, SamplingParams
+
+    path = checkpoint("tiny-llama")
+    one = LLM(model=path, **multi_kwargs(1, gpu_memory_utilization=0.08, max_model_len=1024))
+    sixteen = LLM(model=path, **multi_kwargs(16, gpu_memory_utilization=0.08, max_model_len=1024))
+    prompt = "The quick brown fox"
+    free = one.generate([prompt], SamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True))[0].outputs[0].text
+    assert len(free) > 30, free
+    stop = free[18:22]
+    assert stop.strip(), free
+    want = one.generate([prompt], SamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True, stop=[stop]))[0].outputs[0]
+    got = sixteen.generate([prompt], SamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True, stop=[stop]))[0].outputs[0]
+    assert got.text == want.text and got.finish_reason == want.finish_reason == "stop"
+    assert stop not in got.text
