@@ -33,7 +33,8 @@ def write_chart(report: BenchReport, path: str) -> str:
         top = max(values + [floor or 0.0, 1.0])
         if floor:
             ax.axhline(floor, color="black", linestyle="--", linewidth=1.2)
-            ax.text(len(xs) - 0.5, floor, f"bandwidth floor {floor:,.0f} tok/s", ha="right", va="bottom", fontsize=8)
+            ax.text(0.98, floor, f"bandwidth floor {floor:,.0f} tok/s", ha="right", va="bottom", fontsize=8,
+                    transform=ax.get_yaxis_transform())  # x in axes fraction, y in data
         for b, v, r in zip(bars, values, m.rows):
             if not r.ok:
                 text = "failed"
@@ -51,11 +52,12 @@ def write_chart(report: BenchReport, path: str) -> str:
         axes[0][0].text(0.5, 0.5, "no results", ha="center", va="center")
     h = report.host
     s = report.settings
-    fig.suptitle(
-        f"{h.get('gpu', '?')} x{s.get('tp', h.get('gpu_count', '?'))}   {report.date[:10]}   commit {report.commit[:10]}\n"
-        f"batch 1, prompt {s.get('prompt_len')}, {s.get('new_tokens')} new tokens, K={s.get('tokens_per_step') or 'default'}",
-        fontsize=9,
-    )
+    if report.kind == "http":
+        first = f"live servers, streaming, as the client sees it   {report.date[:10]}   commit {report.commit[:10]}"
+    else:
+        first = f"{h.get('gpu', '?')} x{s.get('tp', 1)}   {report.date[:10]}   commit {report.commit[:10]}"
+    k = f", K={s.get('tokens_per_step') or 'default'}" if report.kind == "offline" else ""
+    fig.suptitle(f"{first}\nbatch 1, prompt {s.get('prompt_len')}, {s.get('new_tokens')} new tokens{k}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -1,9 +1,8 @@
 """Bytes one decode step reads, from a Hugging Face `config.json` (Llama / Qwen3 / Mistral dense).
 
-Counts what the kog path and stock vLLM both stream per token (bf16 unless the config says otherwise):
-every layer's QKV, O, gate/up, down and norms (Qwen3: q_norm and k_norm), the final norm, the LM head
-(vocabulary padded to a multiple of 64 as vLLM pads it; a tied head is read once, as the LM head) and one
-embedding row. Same convention as `model_spec.DecoderWeights.weight_bytes_per_token`.
+Weights: `kog_backend.shapes.weight_bytes_per_token` (all layers, final norm, full LM head, one embedding
+row), applied to any checkpoint's config after filling in Hugging Face's defaults. KV cache: attention of
+step i reads K and V of every earlier position of every layer.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-VOCAB_PAD = 64  # vLLM's vocab_parallel_embedding pads the vocabulary to this multiple
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 
 
@@ -22,18 +20,15 @@ def load_config(model_dir: str) -> dict[str, Any]:
         return json.load(f)
 
 
-def _dims(cfg: Mapping[str, Any]) -> dict[str, int]:
-    heads = int(cfg["num_attention_heads"])
-    hidden = int(cfg["hidden_size"])
-    return {
-        "layers": int(cfg["num_hidden_layers"]),
-        "hidden": hidden,
-        "heads": heads,
-        "kv_heads": int(cfg.get("num_key_value_heads") or heads),
-        "head_dim": int(cfg.get("head_dim") or hidden // heads),
-        "ffn": int(cfg["intermediate_size"]),
-        "vocab": int(cfg["vocab_size"]),
-    }
+def normalized(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The config with Hugging Face's defaults for the fields a shape may leave out."""
+    out = dict(cfg)
+    out.setdefault("num_key_value_heads", out["num_attention_heads"])
+    out.setdefault("tie_word_embeddings", False)
+    out.setdefault("model_type", "llama")
+    if not out.get("head_dim"):
+        out["head_dim"] = out["hidden_size"] // out["num_attention_heads"]
+    return out
 
 
 def element_bytes(cfg: Mapping[str, Any]) -> int:
@@ -41,30 +36,16 @@ def element_bytes(cfg: Mapping[str, Any]) -> int:
     return DTYPE_BYTES.get(dtype, 2)
 
 
-def has_qk_norm(cfg: Mapping[str, Any]) -> bool:
-    return any(a.startswith("Qwen3") for a in cfg.get("architectures") or []) or cfg.get("model_type") == "qwen3"
-
-
 def weight_bytes_per_token(cfg: Mapping[str, Any]) -> int:
-    d = _dims(cfg)
-    h, dh = d["hidden"], d["head_dim"]
-    per_layer = (
-        (d["heads"] + 2 * d["kv_heads"]) * dh * h  # qkv
-        + h * d["heads"] * dh  # o_proj
-        + 2 * d["ffn"] * h  # gate_up
-        + h * d["ffn"]  # down
-        + 2 * h  # input and post-attention norms
-        + (2 * dh if has_qk_norm(cfg) else 0)
-    )
-    vocab_padded = -(-d["vocab"] // VOCAB_PAD) * VOCAB_PAD
-    params = d["layers"] * per_layer + h + vocab_padded * h + h  # + final norm, LM head, one embedding row
-    return params * element_bytes(cfg)
+    from kog_backend.shapes import BF16_BYTES, weight_bytes_per_token as bf16_bytes
+
+    return bf16_bytes(normalized(cfg)) // BF16_BYTES * element_bytes(cfg)
 
 
 def kv_bytes_per_position(cfg: Mapping[str, Any]) -> int:
     """K and V of one context position over all layers."""
-    d = _dims(cfg)
-    return 2 * d["layers"] * d["kv_heads"] * d["head_dim"] * element_bytes(cfg)
+    c = normalized(cfg)
+    return 2 * int(c["num_hidden_layers"]) * int(c["num_key_value_heads"]) * int(c["head_dim"]) * element_bytes(c)
 
 
 def mean_kv_bytes_per_token(cfg: Mapping[str, Any], prompt_len: int, new_tokens: int) -> float:

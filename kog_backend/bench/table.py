@@ -12,7 +12,7 @@ def _f(v: float | None, fmt: str) -> str:
 def _kog_steps(r: RunResult) -> str:
     if r.counters is None:
         return "-"
-    return str(sum(int(c.get("kog_steps", 0)) for c in r.counters))
+    return str(max((int(c.get("kog_steps", 0)) for c in r.counters), default=0))  # ranks count the same steps
 
 
 def header_lines(report: BenchReport) -> list[str]:
@@ -21,10 +21,8 @@ def header_lines(report: BenchReport) -> list[str]:
         f"kog bench ({report.kind})  {report.date}  commit {report.commit}  kog {report.kog_version}",
     ]
     if h:
-        lines.append(
-            f"GPU: {h.get('gpu', '?')} x{h.get('gpu_count', '?')}  driver {h.get('driver', '?')}  "
-            f"torch {h.get('torch', '?')}  vLLM {h.get('vllm', '?')}"
-        )
+        gpu = f"{h['gpu']} x{h.get('gpu_count', '?')}  driver {h.get('driver') or '?'}" if h.get("gpu") else "none seen"
+        lines.append(f"GPU: {gpu}  torch {h.get('torch', '?')}  vLLM {h.get('vllm', '?')}")
     if report.kind == "offline":
         sampling = "greedy" if not s.get("temperature") else (
             f"temperature {s.get('temperature')} top-p {s.get('top_p')} top-k {s.get('top_k')}"

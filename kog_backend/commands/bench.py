@@ -1,0 +1,189 @@
+"""`kog bench`: stock vLLM against kog on one request; prints the table, writes JSON and a PNG.
+
+Offline (default): for each --model (a checkpoint directory or an embedded shape, whose random-weight checkpoint
+is written when missing), runs stock vLLM and then kog, each in its own process with identical settings.
+HTTP (--url, once or twice): streams completions from live `vllm serve` servers, one request at a time.
+
+Exit status: 0 every row measured (and every kog row ran the kog path); 1 a row failed, or a kog row's
+counters show no kog step; 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+DEFAULT_OUT = "kog-bench"
+
+
+def _json_obj(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return value
+
+
+def _positive(text: str) -> int:
+    v = int(text)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"{v} is not positive")
+    return v
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+    g = p.add_argument_group("what to run")
+    g.add_argument("--model", "--shape", dest="models", action="append", metavar="DIR_OR_SHAPE",
+                   help="checkpoint directory or embedded shape name (repeatable; default llama-3.2-1b)")
+    g.add_argument("--only", choices=("stock", "kog"), help="run one side only")
+    g.add_argument("--tp", type=_positive, default=1, help="tensor-parallel size")
+    g.add_argument("--engine-args", type=_json_obj, default={}, metavar="JSON",
+                   help='extra vllm.LLM arguments for both sides, e.g. \'{"compilation_config": {"cudagraph_mode": "FULL_DECODE_ONLY"}}\'')
+    g.add_argument("--kog-options", type=_json_obj, default={}, metavar="JSON",
+                   help='extra additional_config["kog"] options for the kog side, e.g. \'{"step_impl": "torch"}\'')
+    g = p.add_argument_group("request")
+    g.add_argument("--prompt-len", type=_positive, default=32, help="prompt length (random token ids)")
+    g.add_argument("--new-tokens", type=_positive, default=512, help="tokens to generate (ignore_eos)")
+    g.add_argument("--tokens-per-step", "-K", type=_positive, default=None, metavar="K",
+                   help="kog: tokens generated per engine step (default: kog's default)")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--top-k", type=int, default=0, help="0 = off")
+    g.add_argument("--seed", type=int, default=None, help="per-request sampling seed (default: none)")
+    g = p.add_argument_group("measurement")
+    g.add_argument("--reps", type=_positive, default=3, help="timed rounds (offline) ")
+    g.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
+    g.add_argument("--stat", choices=("best", "median"), default="best", help="how repeated timings are reduced")
+    g.add_argument("--timeout", type=float, default=900.0, help="seconds one engine's process may take (offline)")
+    g.add_argument("--out", default=DEFAULT_OUT, help="directory for bench.json, bench.png and the engines' logs")
+    g.add_argument("--no-chart", action="store_true", help="skip the PNG")
+    g.add_argument("--commit", default=None, help="commit to record (default $KOG_COMMIT or git)")
+    g.add_argument("--verbose", "-v", action="store_true", help="show the engines' output instead of logging it")
+    g = p.add_argument_group("HTTP mode: live servers")
+    g.add_argument("--url", dest="urls", action="append", metavar="URL",
+                   help="base URL of a running `vllm serve` (give two to A/B them)")
+    g.add_argument("--url2", dest="url2", default=None, metavar="URL", help="second server (same as a second --url)")
+    g.add_argument("--label", dest="labels", action="append", help="name of each --url in the table (default A, B)")
+    g.add_argument("--served-model", default=None, help="model name to request (default: the server's first)")
+    g.add_argument("--requests", type=_positive, default=5, help="timed requests per server")
+    g.add_argument("--max-token-id", type=_positive, default=1000, help="prompt token ids are drawn below this")
+    g.add_argument("--request-timeout", type=float, default=300.0, help="seconds per request")
+    g.add_argument("--wait-ready", type=float, default=0.0, metavar="S",
+                   help="poll each server's /health for up to S seconds before the first request")
+
+
+def run(args: argparse.Namespace) -> int:
+    urls = list(args.urls or []) + ([args.url2] if args.url2 else [])
+    if urls:
+        report = _run_http(args, urls)
+    else:
+        report = _run_offline(args)
+    if isinstance(report, int):
+        return report
+    return _write_outputs(report, args)
+
+
+def _run_offline(args: argparse.Namespace):
+    from kog_backend.bench.offline import Settings, run_offline
+    from kog_backend.config import KogConfig, KogConfigError
+    from kog_backend.shapes import DEFAULT_SHAPE
+
+    kog = dict(args.kog_options, **({"tokens_per_step": args.tokens_per_step} if args.tokens_per_step else {}))
+    try:
+        KogConfig.from_dict(kog)  # the kog engine would refuse it at start; say so before any engine runs
+    except KogConfigError as e:
+        print(f"kog bench: {e}", file=sys.stderr)
+        return 2
+
+    s = Settings(
+        models=args.models or [DEFAULT_SHAPE],
+        prompt_len=args.prompt_len,
+        new_tokens=args.new_tokens,
+        tokens_per_step=args.tokens_per_step,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        sampling_seed=args.seed,
+        tp=args.tp,
+        reps=args.reps,
+        warmup=args.warmup,
+        stat=args.stat,
+        only=args.only,
+        out=args.out,
+        engine_args=args.engine_args,
+        kog_options=args.kog_options,
+        timeout_s=args.timeout,
+        verbose=args.verbose,
+        commit=args.commit,
+    )
+    try:
+        return run_offline(s, log=lambda m: print(m, file=sys.stderr))
+    except ValueError as e:  # a model that is neither a checkpoint nor a shape, a prompt too long for it
+        print(f"kog bench: {e}", file=sys.stderr)
+        return 2
+    except (RuntimeError, FileExistsError) as e:  # the checkpoint could not be written
+        print(f"kog bench: {e}", file=sys.stderr)
+        return 1
+
+
+def _run_http(args: argparse.Namespace, urls: list[str]):
+    from kog_backend.bench.http_client import HttpSettings, run_http
+
+    if args.labels and len(args.labels) != len(urls):
+        print(f"kog bench: {len(args.labels)} --label for {len(urls)} --url", file=sys.stderr)
+        return 2
+    s = HttpSettings(
+        urls=urls,
+        labels=args.labels,
+        model=args.served_model,
+        prompt_len=args.prompt_len,
+        new_tokens=args.new_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        requests=args.requests,
+        warmup=args.warmup,
+        max_token_id=args.max_token_id,
+        timeout_s=args.request_timeout,
+        wait_ready_s=args.wait_ready,
+    )
+    report = run_http(s)
+    if args.commit:
+        report.commit = args.commit
+    return report
+
+
+def _write_outputs(report, args: argparse.Namespace) -> int:
+    from kog_backend.bench.table import format_table
+
+    os.makedirs(args.out, exist_ok=True)
+    stem = "bench" if report.kind == "offline" else "http"
+    json_path = os.path.join(args.out, f"{stem}.json")
+    report.save(json_path)
+    print(format_table(report))
+    print(f"\nJSON: {json_path}")
+    if not args.no_chart:
+        try:
+            from kog_backend.bench.chart import write_chart
+
+            print(f"PNG:  {write_chart(report, os.path.join(args.out, f'{stem}.png'))}")
+        except ImportError:
+            print("PNG:  skipped (matplotlib is not installed: pip install 'kog-backend[bench]')")
+    return exit_status(report)
+
+
+def exit_status(report) -> int:
+    for m in report.models:
+        for r in m.rows:
+            if not r.ok:
+                return 1
+            if report.kind == "offline" and r.impl == "kog":
+                if not r.counters or max(int(c.get("kog_steps", 0)) for c in r.counters) <= 0:
+                    return 1
+    return 0

@@ -1,0 +1,45 @@
+"""What runs on the kog path and what falls back, read from the gates themselves
+(kog_backend.eligibility, kog_backend.model_spec), so this list cannot drift from the code."""
+
+from __future__ import annotations
+
+from kog_backend import eligibility
+
+# Step-level conditions of eligibility.step_unsupported_reason (the reasons it returns are counted under
+# these names in `kog stats`).
+STEP_CONDITIONS = (
+    "exactly one request scheduled (several: 'batch of several requests')",
+    "a decode step of one token (otherwise 'prefill')",
+    "no speculative tokens, encoder inputs or structured output in the step",
+)
+
+
+def model_support() -> list[str]:
+    try:
+        from kog_backend import model_spec
+    except ImportError as e:  # torch missing: say so rather than guess
+        return [f"(model support unknown: {e})"]
+    archs = ", ".join(sorted(model_spec.SUPPORTED_ARCHS))
+    dims = ", ".join(str(d) for d in model_spec.SUPPORTED_HEAD_DIMS)
+    return [
+        f"architectures: {archs}",
+        f"head dims: {dims}; bf16 weights and KV cache; dense MLP",
+        "anything else (MoE, quantised weights, sliding window, other architectures): the whole server runs stock",
+    ]
+
+
+KOG_PATH = "Runs on the kog path (one request decoding)"
+STEP = "A step runs on the kog path only with"
+REQUEST = "A request that asks for any of these runs stock"
+SERVER = "A server configured with any of these runs stock"
+MODELS = "Models"
+
+
+def sections() -> list[tuple[str, list[str]]]:
+    return [
+        (KOG_PATH, list(eligibility.KOG_PATH_FEATURES)),
+        (STEP, list(STEP_CONDITIONS)),
+        (REQUEST, list(eligibility.REQUEST_FEATURES.values())),
+        (SERVER, list(eligibility.SERVER_FEATURES.values())),
+        (MODELS, model_support()),
+    ]

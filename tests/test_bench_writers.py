@@ -1,0 +1,298 @@
+"""`kog bench` writers on fake results: JSON round trip, the table, the PNG, and the command end to end with
+the engine processes replaced by fakes."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import random
+
+import pytest
+
+from kog_backend.bench import offline
+from kog_backend.bench.results import SCHEMA, BenchReport, ModelResult, RunResult
+from kog_backend.bench.table import format_table, markdown_table
+from kog_backend.commands import bench as bench_cmd
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _row(impl: str, tok_s: float, rng: random.Random, **kw) -> RunResult:
+    return RunResult(
+        impl=impl, ok=True, tok_s=tok_s, ms_per_token=1e3 / tok_s, ttft_ms=rng.uniform(10, 40),
+        gbps=2.48 * tok_s, copy_gbps=4290.0, bw_share=2.48 * tok_s / 4290.0, floor_tok_s=4290 / 2.48,
+        times_one_s=[rng.uniform(0.01, 0.04) for _ in range(3)], times_full_s=[rng.uniform(0.5, 1.0) for _ in range(3)],
+        output_token_ids=[rng.randrange(128256) for _ in range(9)], **kw,
+    )
+
+
+def fake_report(seed: int = 0) -> BenchReport:
+    rng = random.Random(seed)
+    stock_tok, kog_tok = rng.uniform(450, 600), rng.uniform(1200, 1500)
+    m1 = ModelResult(
+        model="llama-3.2-1b", path="/ckpt/llama", weight_bytes_per_token=2471628800, kv_bytes_per_token=9.45e6,
+        rows=[
+            _row("stock", stock_tok, rng),
+            _row("kog", kog_tok, rng, counters=[{"kog_steps": 2048, "kog_tokens": 2048, "fallback_steps": 8, "fallbacks": {"prefill": 8}}],
+                 kog_token_share=1.0),
+        ],
+        speedup=kog_tok / stock_tok, tokens_match=True,
+    )
+    m2 = ModelResult(
+        model="qwen3-1.7b", path="/ckpt/qwen", weight_bytes_per_token=3441149952,
+        rows=[_row("stock", 466.0, rng), RunResult(impl="kog", ok=False, error="RuntimeError: launch failed")],
+    )
+    return BenchReport(
+        kind="offline", date="2026-12-02T12:00:00+00:00", commit="abc123def456", kog_version="0.1.0",
+        host={"gpu": "NVIDIA H200", "gpu_count": 1, "driver": "580.159.03", "torch": "2.11.0+cu130", "vllm": "0.26.0"},
+        settings={"prompt_len": 32, "new_tokens": 512, "tokens_per_step": 8, "temperature": 0.0, "tp": 1, "reps": 3,
+                  "warmup": 1, "stat": "best"},
+        models=[m1, m2],
+    )
+
+
+def test_json_round_trip(tmp_path):
+    rep = fake_report(seed=random.randrange(1 << 30))
+    path = str(tmp_path / "bench.json")
+    rep.save(path)
+    with open(path) as f:
+        raw = json.load(f)
+    assert raw["schema"] == SCHEMA
+    assert [r["impl"] for r in raw["models"][0]["rows"]] == ["stock", "kog"]
+    back = BenchReport.load(path)
+    assert back == rep
+    assert back.models[0].row("kog").counters[0]["kog_steps"] == 2048
+    assert back.models[1].row("kog").error == "RuntimeError: launch failed"
+    # every RunResult field survives
+    assert set(raw["models"][0]["rows"][0]) == {f.name for f in dataclasses.fields(RunResult)}
+
+
+def test_json_rejects_other_schemas():
+    d = fake_report().to_dict()
+    d["schema"] = "something-else/1"
+    with pytest.raises(ValueError, match="schema"):
+        BenchReport.from_dict(d)
+
+
+def test_table_lists_every_row_with_its_figures():
+    rep = fake_report()
+    text = format_table(rep)
+    m1 = rep.models[0]
+    stock, kog = m1.rows
+    assert "NVIDIA H200" in text and "abc123def456" in text and "K=8" in text and "greedy" in text
+    lines = text.splitlines()
+    stock_line = next(l for l in lines if l.startswith("llama-3.2-1b") and " stock " in l)
+    kog_line = next(l for l in lines if l.startswith("llama-3.2-1b") and " kog " in l)
+    assert f"{stock.tok_s:.1f}" in stock_line and f"{stock.ms_per_token:.3f}" in stock_line
+    assert f"{kog.tok_s:.1f}" in kog_line and f"{100 * kog.bw_share:.1f}%" in kog_line and "2048" in kog_line
+    assert f"{m1.speedup:.2f}x" in kog_line
+    assert "FAILED" in next(l for l in lines if l.startswith("qwen3-1.7b") and " kog " in l)
+    assert "! qwen3-1.7b kog: RuntimeError: launch failed" in text
+    # columns line up: the header's tok/s column ends where every row's tok/s value ends
+    header = next(l for l in lines if l.startswith("model"))
+    end = header.index("tok/s") + len("tok/s")
+    assert stock_line[:end].endswith(f"{stock.tok_s:.1f}")
+
+
+def test_table_shows_warnings_and_token_mismatch():
+    rep = fake_report()
+    rep.models[0].rows[1].warnings.append("kog steps = 0: this row measured stock vLLM")
+    rep.models[0].tokens_match, rep.models[0].first_mismatch = False, 17
+    text = format_table(rep)
+    assert "! llama-3.2-1b kog: kog steps = 0" in text
+    assert "differ from stock's from position 17" in text
+
+
+def test_markdown_table():
+    md = markdown_table(fake_report().models[0])
+    rows = md.splitlines()
+    assert rows[0].startswith("| path | tok/s") and len(rows) == 4
+    assert all(r.count("|") == rows[0].count("|") for r in rows)
+
+
+def _png_pixels(path):
+    import numpy as np
+    from PIL import Image
+
+    with Image.open(path) as im:
+        rgb = np.asarray(im.convert("RGB"))
+    return (rgb.shape[1], rgb.shape[0]), rgb.reshape(-1, 3)
+
+
+def test_chart_png(tmp_path):
+    from kog_backend.bench.chart import COLORS, write_chart
+
+    path = str(tmp_path / "bench.png")
+    assert write_chart(fake_report(), path) == path
+    with open(path, "rb") as f:
+        assert f.read(8) == PNG_MAGIC
+    assert os.path.getsize(path) > 5000
+    (w, h), pixels = _png_pixels(path)
+    assert w > 600 and h > 300
+    # both bar colours are drawn
+    for impl in ("stock", "kog"):
+        rgb = tuple(int(COLORS[impl][i : i + 2], 16) for i in (1, 3, 5))
+        assert int((pixels == rgb).all(axis=1).sum()) > 500, impl
+
+
+def test_chart_png_without_results(tmp_path):
+    from kog_backend.bench.chart import write_chart
+
+    empty = BenchReport(kind="offline", date="2026-12-02", commit="x")
+    write_chart(empty, str(tmp_path / "empty.png"))
+    assert os.path.getsize(tmp_path / "empty.png") > 1000
+
+
+# ---- the command, with the engine processes faked ------------------------------------------------------
+
+
+def _args(tmp_path, *argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    bench_cmd.add_arguments(p)
+    return p.parse_args([*argv, "--out", str(tmp_path / "out")])
+
+
+def _fake_child(kog_steps: int, kog_tokens_differ: bool = False):
+    calls = []
+
+    def run_child(spec, out_dir, tag, timeout_s, verbose):
+        calls.append(spec)
+        n = spec["new_tokens"]
+        per_token = 0.002 if spec["impl"] == "stock" else 0.0008
+        ids = [(7 * i) % 1000 for i in range(n + 1)]
+        if spec["impl"] == "kog" and kog_tokens_differ:
+            ids[5] += 1
+        row = RunResult(
+            impl=spec["impl"], ok=True, copy_gbps=4290.0, times_one_s=[0.02] * spec["reps"],
+            times_full_s=[0.02 + per_token * n] * spec["reps"], output_token_ids=ids, generated_tokens=n + 1,
+        )
+        if spec["impl"] == "kog":
+            row.counters = [{"kog_steps": kog_steps, "kog_tokens": kog_steps, "fallbacks": {}}]
+        return row, {"gpu": "FakeGPU", "gpu_count": 1, "driver": "1.0"}
+
+    return run_child, calls
+
+
+def test_command_end_to_end(tmp_path, monkeypatch):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    from kog_backend import shapes
+
+    (ckpt / "config.json").write_text(json.dumps(shapes.get_shape("tiny-llama")))
+    run_child, calls = _fake_child(kog_steps=4 * 64)
+    monkeypatch.setattr(offline, "run_child", run_child)
+    args = _args(tmp_path, "--model", str(ckpt), "--new-tokens", "64", "--prompt-len", "8", "-K", "4", "--no-chart")
+    assert bench_cmd.run(args) == 0
+    assert [c["impl"] for c in calls] == ["stock", "kog"]
+    assert calls[0]["prompt_token_ids"] == calls[1]["prompt_token_ids"] and len(calls[0]["prompt_token_ids"]) == 8
+    assert calls[1]["tokens_per_step"] == 4
+    rep = BenchReport.load(str(tmp_path / "out" / "bench.json"))
+    m = rep.models[0]
+    assert m.row("stock").ms_per_token == pytest.approx(2.0) and m.row("kog").ms_per_token == pytest.approx(0.8)
+    assert m.speedup == pytest.approx(2.5) and m.tokens_match is True
+    assert rep.host["gpu"] == "FakeGPU" and rep.settings["tokens_per_step"] == 4
+
+
+def test_command_exit_status_when_kog_never_ran(tmp_path, monkeypatch, capsys):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    from kog_backend import shapes
+
+    (ckpt / "config.json").write_text(json.dumps(shapes.get_shape("tiny-llama")))
+    run_child, _ = _fake_child(kog_steps=0, kog_tokens_differ=True)
+    monkeypatch.setattr(offline, "run_child", run_child)
+    assert bench_cmd.run(_args(tmp_path, "--model", str(ckpt), "--new-tokens", "16", "--no-chart")) == 1
+    out = capsys.readouterr().out
+    assert "kog steps = 0" in out and "differ from stock's from position 5" in out
+
+
+def test_command_only_stock(tmp_path, monkeypatch):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    from kog_backend import shapes
+
+    (ckpt / "config.json").write_text(json.dumps(shapes.get_shape("tiny-llama")))
+    run_child, calls = _fake_child(kog_steps=1)
+    monkeypatch.setattr(offline, "run_child", run_child)
+    assert bench_cmd.run(_args(tmp_path, "--model", str(ckpt), "--only", "stock", "--no-chart")) == 0
+    assert [c["impl"] for c in calls] == ["stock"]
+
+
+def test_command_bad_kog_options(tmp_path, capsys):
+    assert bench_cmd.run(_args(tmp_path, "--kog-options", '{"no_such_option": 1}')) == 2
+    assert "unknown kog option" in capsys.readouterr().err
+    assert bench_cmd.run(_args(tmp_path, "-K", "1000")) == 2
+
+
+def test_command_bad_model(tmp_path, capsys):
+    assert bench_cmd.run(_args(tmp_path, "--model", str(tmp_path / "missing"))) == 2
+    assert "neither a checkpoint directory nor an embedded shape" in capsys.readouterr().err
+
+
+def test_exit_status_failed_row():
+    rep = fake_report()
+    assert bench_cmd.exit_status(rep) == 1  # qwen3's kog row failed
+    rep.models.pop()
+    assert bench_cmd.exit_status(rep) == 0
+
+
+# ---- docs/performance.md from JSON ---------------------------------------------------------------------
+
+
+def _render_module():
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "render_performance.py")
+    spec = importlib.util.spec_from_file_location("render_performance", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_render_performance(tmp_path):
+    from kog_backend.bench.chart import write_chart
+
+    render = _render_module()
+    old, new = fake_report(seed=1), fake_report(seed=2)
+    old.date, old.commit = "2026-11-30T10:00:00+00:00", "0ld0ld0ld0ld"
+    new.models[0].rows[1].warnings.append("only 90% of decoded tokens ran on the kog path")
+    paths = []
+    for name, rep in (("a", old), ("b", new)):
+        d = tmp_path / "results" / name
+        (d / "logs").mkdir(parents=True)
+        rep.save(str(d / "bench.json"))
+        (d / "logs" / "x.result.json").write_text("{}")  # an engine's file: never read as a run
+        paths.append(str(d / "bench.json"))
+    write_chart(new, str(tmp_path / "results" / "b" / "bench.png"))
+    out = tmp_path / "docs" / "performance.md"
+    out.parent.mkdir()
+    text = render.render(paths, str(out))
+    assert out.read_text() == text
+    # newest run first, with date, GPU and commit in its heading
+    assert text.index("commit `abc123def456`") < text.index("commit `0ld0ld0ld0ld`")
+    assert "2026-12-02 12:00 UTC, NVIDIA H200" in text
+    # the summary holds the newest figure per model
+    m = new.models[0]
+    summary_line = next(l for l in text.splitlines() if l.startswith("| llama-3.2-1b |"))
+    assert f"{m.row('stock').tok_s:.1f}" in summary_line and f"{m.row('kog').tok_s:.1f}" in summary_line
+    assert f"{m.speedup:.2f}x" in summary_line and "K=8" in summary_line
+    assert "![stock vs kog" in text and "(../results/b/bench.png)" in text
+    assert "Greedy tokens: identical to stock." in text
+    assert "- kog: only 90% of decoded tokens ran on the kog path" in text
+    assert "failed: RuntimeError: launch failed" in text
+
+
+def test_render_default_paths_skip_engine_files(tmp_path, monkeypatch):
+    render = _render_module()
+    (tmp_path / "r1" / "logs").mkdir(parents=True)
+    fake_report().save(str(tmp_path / "r1" / "bench.json"))
+    (tmp_path / "r1" / "logs" / "m-kog.result.json").write_text("{}")
+    monkeypatch.setattr(render, "RESULTS", str(tmp_path))
+    assert render.default_paths() == [str(tmp_path / "r1" / "bench.json")]
+
+
+def test_render_without_results(tmp_path):
+    text = _render_module().render([], str(tmp_path / "p.md"))
+    assert "No results yet" in text and "kog bench" in text
