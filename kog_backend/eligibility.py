@@ -38,6 +38,16 @@ KOG_PATH_FEATURES = (
     "stop, stop_token_ids, ignore_eos, max_tokens",
 )
 
+# Reasons a single step runs stock (the request itself may be eligible). Values are the counted reasons.
+STEP_REASONS = {
+    "batch": "batch of several requests",
+    "idle": "no request scheduled",
+    "prefill": "prefill",
+    "speculative": "speculative tokens scheduled",
+    "encoder": "encoder inputs scheduled",
+    "unknown_request": "request unknown to the kog runner",
+}
+
 SERVER_FEATURES = {
     "pipeline_parallel": "pipeline parallelism",
     "data_parallel": "data parallelism",
@@ -84,20 +94,18 @@ def step_unsupported_reason(
         return "dummy run"
     num_reqs = len(scheduler_output.num_scheduled_tokens)
     if num_reqs != 1:
-        return "batch of several requests" if num_reqs > 1 else "no request scheduled"
-    if scheduler_output.scheduled_new_reqs:
-        return "prefill"
-    if scheduler_output.total_num_scheduled_tokens != 1:
-        return "prefill"
+        return STEP_REASONS["batch"] if num_reqs > 1 else STEP_REASONS["idle"]
+    if scheduler_output.scheduled_new_reqs or scheduler_output.total_num_scheduled_tokens != 1:
+        return STEP_REASONS["prefill"]
     if scheduler_output.scheduled_spec_decode_tokens:
-        return "speculative tokens scheduled"
+        return STEP_REASONS["speculative"]
     if scheduler_output.scheduled_encoder_inputs:
-        return "encoder inputs scheduled"
+        return STEP_REASONS["encoder"]
     if scheduler_output.has_structured_output_requests:
         return REQUEST_FEATURES["structured_outputs"]
     (req_id,) = scheduler_output.num_scheduled_tokens
     if req_id not in request_reasons:
-        return "request unknown to the kog runner"
+        return STEP_REASONS["unknown_request"]
     return request_reasons[req_id]
 
 

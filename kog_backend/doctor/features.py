@@ -5,13 +5,6 @@ from __future__ import annotations
 
 from kog_backend import eligibility
 
-# Step-level conditions of eligibility.step_unsupported_reason (the reasons it returns are counted under
-# these names in `kog stats`).
-STEP_CONDITIONS = (
-    "exactly one request scheduled (several: 'batch of several requests')",
-    "a decode step of one token (otherwise 'prefill')",
-    "no speculative tokens, encoder inputs or structured output in the step",
-)
 
 
 def model_support() -> list[str]:
@@ -29,7 +22,7 @@ def model_support() -> list[str]:
 
 
 KOG_PATH = "Runs on the kog path (one request decoding)"
-STEP = "A step runs on the kog path only with"
+STEP = "A step runs stock (counted under this reason) when it is"
 REQUEST = "A request that asks for any of these runs stock"
 SERVER = "A server configured with any of these runs stock"
 MODELS = "Models"
@@ -38,7 +31,7 @@ MODELS = "Models"
 def sections() -> list[tuple[str, list[str]]]:
     return [
         (KOG_PATH, list(eligibility.KOG_PATH_FEATURES)),
-        (STEP, list(STEP_CONDITIONS)),
+        (STEP, list(eligibility.STEP_REASONS.values())),
         (REQUEST, list(eligibility.REQUEST_FEATURES.values())),
         (SERVER, list(eligibility.SERVER_FEATURES.values())),
         (MODELS, model_support()),
