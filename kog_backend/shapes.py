@@ -107,17 +107,20 @@ SHAPES: dict[str, dict[str, Any]] = {
         intermediate_size=10240, tie_word_embeddings=True, rope_scaling=_llama3_rope(32.0),
     ),
     # Ours: small vocabulary for statistical sampling tests; the 1B's rope settings so the same rope path runs.
-    # 16 special tokens at [4080, 4096).
+    # 16 special tokens at [4080, 4096). initializer_range (the random checkpoint's weight std) is 0.1, not
+    # 0.02: at hidden 256 and 2 layers, std 0.02 leaves the tied input embedding dominant and greedy decoding
+    # repeats the current token; 0.1 gives varied greedy output (measured: ~30 distinct tokens in 32).
     "tiny-llama": _llama(
         num_hidden_layers=2, hidden_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
         intermediate_size=512, vocab_size=4096, bos_token_id=4080, eos_token_id=4081, tie_word_embeddings=True,
-        rope_scaling=_llama3_rope(32.0),
+        rope_scaling=_llama3_rope(32.0), initializer_range=0.1,
     ),
     # Ours: qk-norm with q size (4 x 128) != hidden (256), as Qwen3 allows. 64 special tokens at [4032, 4096).
+    # initializer_range 0.1 as for tiny-llama.
     "tiny-qwen3": _qwen3(
         num_hidden_layers=2, hidden_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=128,
         intermediate_size=512, vocab_size=4096, tie_word_embeddings=True, max_position_embeddings=40960,
-        bos_token_id=4032, eos_token_id=4034,
+        bos_token_id=4032, eos_token_id=4034, initializer_range=0.1,
     ),
 }
 

@@ -1,0 +1,241 @@
+"""Random-weight checkpoints: loadable by transformers and by vLLM's config/tokenizer machinery (CPU, offline),
+exact parameter names and counts, init statistics, determinism, sharding, idempotence."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from safetensors import safe_open  # noqa: E402
+
+from kog_backend import checkpoints, shapes  # noqa: E402
+
+TINY = ("tiny-llama", "tiny-qwen3")
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ckpt")
+    return {name: checkpoints.write_checkpoint(name, str(root / name), seed=0, device="cpu") for name in TINY}
+
+
+def _tensors(path: str) -> dict[str, "torch.Tensor"]:
+    out = {}
+    files = [f for f in sorted(os.listdir(path)) if f.endswith(".safetensors")]
+    for f in files:
+        with safe_open(os.path.join(path, f), framework="pt") as st:
+            for k in st.keys():
+                out[k] = st.get_tensor(k)
+    return out
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_files_and_marker(written, name):
+    d = written[name]
+    for f in ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+              "tokenizer_config.json", "special_tokens_map.json", checkpoints.MARKER):
+        assert os.path.isfile(os.path.join(d, f)), f
+    with open(os.path.join(d, "config.json")) as f:
+        assert json.load(f) == shapes.SHAPES[name]
+    marker = checkpoints.read_marker(d)
+    assert (marker["shape"], marker["seed"], marker["device_type"]) == (name, 0, "cpu")
+    assert marker["param_count"] == shapes.param_count(name)
+    assert marker["weight_bytes"] == 2 * shapes.param_count(name)
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_loads_in_transformers_and_runs(written, name):
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    d = written[name]
+    cfg = shapes.SHAPES[name]
+    tok = AutoTokenizer.from_pretrained(d)
+    model = AutoModelForCausalLM.from_pretrained(d).eval()
+    assert model.dtype == torch.bfloat16
+    assert sum(p.numel() for p in model.parameters()) == shapes.param_count(name)
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # both tiny shapes are tied
+    ids = tok("The quick brown fox jumps over the lazy dog", return_tensors="pt").input_ids
+    with torch.no_grad():
+        logits = model(ids).logits.float()
+    assert logits.shape == (1, ids.shape[1], cfg["vocab_size"])
+    assert torch.isfinite(logits).all()
+    # A realistic spread: not flat, not exploding.
+    assert 0.05 < logits[0, -1].std().item() < 20
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=24, do_sample=False, pad_token_id=cfg["eos_token_id"])
+    new = out[0, ids.shape[1]:].tolist()
+    assert len(set(new)) > 4, f"greedy output collapsed: {new}"
+    assert isinstance(tok.decode(new), str)
+    gen = GenerationConfig.from_pretrained(d)
+    assert cfg["eos_token_id"] in gen.eos_token_id
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_stored_names_and_init_statistics(written, name):
+    cfg = shapes.SHAPES[name]
+    t = _tensors(written[name])
+    assert "lm_head.weight" not in t  # tied heads are not stored, as in the published checkpoints
+    assert sum(v.numel() for v in t.values()) == shapes.param_count(name)
+    assert all(v.dtype == torch.bfloat16 for v in t.values())
+    qk = {"model.layers.0.self_attn.q_norm.weight", "model.layers.0.self_attn.k_norm.weight"}
+    assert qk <= set(t) if cfg["model_type"] == "qwen3" else not qk & set(t)
+    std = cfg["initializer_range"]
+    emb = t["model.embed_tokens.weight"].float()
+    assert abs(emb.mean().item()) < 0.05 * std and abs(emb.std().item() / std - 1) < 0.02
+    down = t["model.layers.1.mlp.down_proj.weight"].float()
+    assert abs(down.std().item() / std - 1) < 0.05
+    norm = t["model.norm.weight"].float()
+    assert abs(norm.mean().item() - 1) < 0.02 and 0.005 < norm.std().item() < 0.05
+    # Each tensor has its own stream: no two tensors of one shape are equal.
+    assert not torch.equal(t["model.layers.0.mlp.up_proj.weight"], t["model.layers.1.mlp.up_proj.weight"])
+
+
+def test_idempotent_and_refuses_another_checkpoint(written, tmp_path):
+    d = written["tiny-llama"]
+    st = os.path.join(d, "model.safetensors")
+    before = os.stat(st).st_mtime_ns
+    assert checkpoints.write_checkpoint("tiny-llama", d, seed=0, device="cpu") == d
+    assert os.stat(st).st_mtime_ns == before
+    with pytest.raises(FileExistsError, match="tiny-llama seed 0"):
+        checkpoints.write_checkpoint("tiny-llama", d, seed=1, device="cpu")
+    with pytest.raises(FileExistsError):
+        checkpoints.write_checkpoint("tiny-qwen3", d, seed=0, device="cpu")
+
+    # Same seed elsewhere: identical weights. force=True replaces with another seed: different weights.
+    other = str(tmp_path / "copy")
+    checkpoints.write_checkpoint("tiny-llama", other, seed=0, device="cpu")
+    a, b = _tensors(d), _tensors(other)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    checkpoints.write_checkpoint("tiny-llama", other, seed=1, device="cpu", force=True)
+    c = _tensors(other)
+    assert checkpoints.read_marker(other)["seed"] == 1
+    assert not torch.equal(a["model.embed_tokens.weight"], c["model.embed_tokens.weight"])
+
+
+def test_concurrent_writers_take_turns(tmp_path):
+    import threading
+
+    d = str(tmp_path / "shared")
+    logs: list[str] = []
+    threads = [threading.Thread(target=checkpoints.write_checkpoint, args=("tiny-llama", d),
+                                kwargs=dict(seed=0, device="cpu", log=logs.append)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum("nothing to do" in m for m in logs) == 1 and sum("wrote" in m for m in logs) == 1
+    assert checkpoints.read_marker(d)["shape"] == "tiny-llama"
+    assert sum(v.numel() for v in _tensors(d).values()) == shapes.param_count("tiny-llama")
+
+
+def test_partial_write_is_redone(tmp_path):
+    d = str(tmp_path / "partial")
+    checkpoints.write_checkpoint("tiny-qwen3", d, seed=0, device="cpu")
+    os.remove(os.path.join(d, checkpoints.MARKER))
+    with open(os.path.join(d, "model.safetensors"), "wb") as f:
+        f.write(b"truncated")
+    with open(os.path.join(d, "unrelated.txt"), "w") as f:
+        f.write("kept")
+    checkpoints.write_checkpoint("tiny-qwen3", d, seed=0, device="cpu")
+    assert checkpoints.read_marker(d)["shape"] == "tiny-qwen3"
+    assert sum(v.numel() for v in _tensors(d).values()) == shapes.param_count("tiny-qwen3")
+    assert os.path.isfile(os.path.join(d, "unrelated.txt"))
+
+
+def test_sharded_untied_checkpoint(tmp_path, monkeypatch, written):
+    """Above the shard size: model-0000k-of-0000n files plus an index; untied: lm_head.weight stored."""
+    from transformers import AutoModelForCausalLM
+
+    untied = dict(shapes.SHAPES["tiny-llama"], tie_word_embeddings=False)
+    monkeypatch.setitem(shapes.SHAPES, "tiny-llama-untied", untied)
+    monkeypatch.setattr(checkpoints, "MAX_SHARD_BYTES", 1_500_000)
+    d = checkpoints.write_checkpoint("tiny-llama-untied", str(tmp_path / "sharded"), seed=0, device="cpu")
+    files = sorted(f for f in os.listdir(d) if f.endswith(".safetensors"))
+    n = len(files)
+    assert n >= 3 and files == [f"model-{i:05d}-of-{n:05d}.safetensors" for i in range(1, n + 1)]
+    with open(os.path.join(d, "model.safetensors.index.json")) as f:
+        index = json.load(f)
+    t = _tensors(d)
+    assert set(index["weight_map"]) == set(t) and "lm_head.weight" in t
+    assert index["metadata"]["total_size"] == 2 * shapes.param_count(untied)
+    for name in files:  # at most the shard size, unless one tensor alone is larger (the 2 MB embedding)
+        held = [k for k, f in index["weight_map"].items() if f == name]
+        assert len(held) == 1 or sum(2 * t[k].numel() for k in held) <= 1_500_000
+    # Per-tensor streams: sharding does not change the values shared with the tied checkpoint.
+    tied = _tensors(written["tiny-llama"])
+    assert torch.equal(t["model.layers.0.self_attn.q_proj.weight"], tied["model.layers.0.self_attn.q_proj.weight"])
+    model = AutoModelForCausalLM.from_pretrained(d)
+    assert model.lm_head.weight is not model.model.embed_tokens.weight
+    assert torch.equal(model.lm_head.weight, t["lm_head.weight"])
+    assert sum(p.numel() for p in model.parameters()) == shapes.param_count(untied)
+
+
+def test_default_checkpoint_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("KOG_CHECKPOINT_DIR", str(tmp_path))
+    assert checkpoints.default_checkpoint_dir("qwen3-1.7b", 3) == os.path.join(str(tmp_path), "qwen3-1.7b-seed3")
+    monkeypatch.delenv("KOG_CHECKPOINT_DIR")
+    assert checkpoints.default_checkpoint_dir("llama-3.2-1b").endswith(
+        os.path.join(".cache", "kog_backend", "checkpoints", "llama-3.2-1b-seed0"))
+
+
+def test_make_checkpoint_command(tmp_path, capsys):
+    from kog_backend.commands import make_checkpoint
+
+    p = argparse.ArgumentParser()
+    make_checkpoint.add_arguments(p)
+    out = str(tmp_path / "cli")
+    assert make_checkpoint.run(p.parse_args(["--shape", "tiny-qwen3", "--out", out, "--device", "cpu"])) == 0
+    assert capsys.readouterr().out.strip() == out
+    assert checkpoints.read_marker(out)["shape"] == "tiny-qwen3"
+    assert make_checkpoint.run(p.parse_args(["--shape", "tiny-llama", "--out", out, "--device", "cpu"])) == 2
+    assert "--force" in capsys.readouterr().err
+    assert make_checkpoint.run(p.parse_args(["--list"])) == 0
+    listing = capsys.readouterr().out
+    assert all(name in listing for name in shapes.SHAPES)
+    assert p.parse_args([]).shape == "llama-3.2-1b"
+
+
+def test_vllm_accepts_checkpoints(written):
+    """vLLM's own config, tokenizer and chat-template machinery on the written directories (CPU, offline)."""
+    pytest.importorskip("vllm")
+    from tokenizers.decoders import DecodeStream
+    from vllm.config import ModelConfig
+    from vllm.renderers.hf import resolve_chat_template_content_format, safe_apply_chat_template
+    from vllm.tokenizers import get_tokenizer
+    from vllm.transformers_utils.config import get_config
+
+    for name, d in written.items():
+        cfg = shapes.SHAPES[name]
+        hf = get_config(d, trust_remote_code=False)
+        assert hf.architectures == cfg["architectures"] and hf.vocab_size == cfg["vocab_size"]
+        mc = ModelConfig(model=d)
+        assert mc.architectures == cfg["architectures"]
+        assert mc.dtype == torch.bfloat16
+        assert mc.max_model_len == cfg["max_position_embeddings"]
+        assert mc.get_vocab_size() == cfg["vocab_size"] and mc.get_head_size() == cfg["head_dim"]
+        assert mc.get_diff_sampling_param() == {}  # generation_config.json sets no sampling defaults
+        if cfg.get("rope_scaling"):
+            assert hf.rope_parameters["rope_type"] == "llama3"
+
+        tok = get_tokenizer(d)
+        assert len(tok) == cfg["vocab_size"] and tok.max_token_id == cfg["vocab_size"] - 1
+        assert tok.eos_token_id == cfg["eos_token_id"]
+        assert resolve_chat_template_content_format(None, None, "auto", tok, model_config=mc) == "string"
+        conv = [{"role": "user", "content": "Hello"}]
+        prompt = safe_apply_chat_template(mc, tok, conv, tokenize=False, add_generation_prompt=True)
+        assert "Hello" in prompt and prompt.endswith("\n")
+        # The fast incremental detokenizer's stream over ids a random model may emit, top id included.
+        stream = DecodeStream(skip_special_tokens=True)
+        for i in [0, 7, cfg["bos_token_id"], cfg["vocab_size"] - 1, 255, 300]:
+            piece = stream.step(tok._tokenizer, i)
+            assert piece is None or isinstance(piece, str)
