@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -12,8 +14,28 @@ int64_t version();
 
 // --- monokernel (csrc/monokernel.cu) ---
 // KOG-MONOKERNEL-DECLS
+void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, const at::Tensor& positions,
+                     const at::Tensor& block_table, const at::Tensor& slot_mapping, at::Tensor& tokens_out,
+                     const std::optional<at::Tensor>& logits_out, const std::optional<at::Tensor>& num_out,
+                     const std::optional<at::Tensor>& stop_ids, at::Tensor& scratch, int64_t num_tokens,
+                     int64_t head_dim, int64_t grid, int64_t smem_bytes);
+std::vector<int64_t> monokernel_layout();
+std::vector<int64_t> monokernel_config();
 
 // --- collective (csrc/allreduce.cu) ---
 // KOG-ALLREDUCE-DECLS
+std::vector<int64_t> allreduce_layout(int64_t world, int64_t oneshot_cap, int64_t twoshot_cap);
+std::vector<int64_t> allreduce_constants();
+int64_t allreduce_init(std::vector<int64_t> peer_bases, int64_t rank, int64_t oneshot_cap, int64_t twoshot_cap,
+                       int64_t buffer_bytes, const at::Tensor& epochs, const at::Tensor& error, int64_t timeout_ns,
+                       int64_t refresh_log2, bool trap_on_timeout);
+void allreduce_dispose(int64_t handle);
+void allreduce(int64_t handle, const at::Tensor& input, at::Tensor& output, int64_t algo);
+int64_t ipc_alloc(int64_t nbytes, int64_t device);
+void ipc_free(int64_t ptr, int64_t device);
+std::vector<int64_t> ipc_get_handle(int64_t ptr, int64_t device);
+int64_t ipc_open(std::vector<int64_t> handle, int64_t device);
+void ipc_close(int64_t ptr, int64_t device);
+void ipc_copy(int64_t dst, int64_t src, int64_t nbytes, int64_t device);
 
 }  // namespace kog

@@ -10,12 +10,42 @@ TORCH_LIBRARY(kog, m) {
 
   // --- monokernel (csrc/monokernel.cu) ---
   // KOG-MONOKERNEL-DEFS
+  // One decode step (or up to num_tokens greedy tokens) of the whole model. The kernel also writes every layer's
+  // KV cache and the scratch buffers through pointers in model_args (built once by kog_backend.monokernel).
+  m.def(
+      "monokernel_step(Tensor model_args, Tensor input_ids, Tensor positions, Tensor block_table, "
+      "Tensor slot_mapping, Tensor(a!) tokens_out, Tensor(b!)? logits_out, Tensor(c!)? num_out, Tensor? stop_ids, "
+      "Tensor(d!) scratch, int num_tokens, int head_dim, int grid, int smem_bytes) -> ()");
+  m.def("monokernel_layout() -> int[]");
+  m.impl("monokernel_layout", &kog::monokernel_layout);
+  m.def("monokernel_config() -> int[]");
+  m.impl("monokernel_config", &kog::monokernel_config);
 
   // --- collective (csrc/allreduce.cu) ---
   // KOG-ALLREDUCE-DEFS
+  // Host-only ops (no tensor, or CPU + CUDA tensors): registered for every dispatch key.
+  m.def("allreduce_layout(int world, int oneshot_cap, int twoshot_cap) -> int[]", &kog::allreduce_layout);
+  m.def("allreduce_constants() -> int[]", &kog::allreduce_constants);
+  // Returns a handle to the communicator state; the kernels launched through it mutate `epochs`, `error`
+  // and the shared buffers.
+  m.def("allreduce_init(int[] peer_bases, int rank, int oneshot_cap, int twoshot_cap, int buffer_bytes, "
+        "Tensor epochs, Tensor error, int timeout_ns, int refresh_log2, bool trap_on_timeout) -> int",
+        &kog::allreduce_init);
+  m.def("allreduce_dispose(int handle) -> ()", &kog::allreduce_dispose);
+  m.def("ipc_alloc(int nbytes, int device) -> int", &kog::ipc_alloc);
+  m.def("ipc_free(int ptr, int device) -> ()", &kog::ipc_free);
+  m.def("ipc_get_handle(int ptr, int device) -> int[]", &kog::ipc_get_handle);
+  m.def("ipc_open(int[] handle, int device) -> int", &kog::ipc_open);
+  m.def("ipc_close(int ptr, int device) -> ()", &kog::ipc_close);
+  m.def("ipc_copy(int dst, int src, int nbytes, int device) -> ()", &kog::ipc_copy);
+  // Sums `input` over the communicator's ranks into `output` (which may be `input`); algo 0 = one-shot,
+  // 1 = two-shot. Also advances the communicator's epoch state.
+  m.def("allreduce(int handle, Tensor input, Tensor! output, int algo) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(kog, CUDA, m) {
   // KOG-MONOKERNEL-CUDA-IMPLS
+  m.impl("monokernel_step", &kog::monokernel_step);
   // KOG-ALLREDUCE-CUDA-IMPLS
+  m.impl("allreduce", &kog::allreduce);
 }

@@ -1,7 +1,11 @@
-"""`vllm serve --backend kog` end to end, next to `--backend stock` and plain `vllm serve`.
+"""`vllm serve --backend kog` end to end, next to `--backend stock`.
 
 Servers start with --enforce-eager (start-up in tens of seconds) and write kog's counters under a per-test
 KOG_STATE_DIR, read back as `kog stats` would.
+
+Greedy parity over HTTP: kog's token ids must equal stock's, or first differ at a step where stock's own top-2
+logprob margin is a bf16 near-tie (<= NEAR_TIE, the bound test_teacher_forcing.py derives from its measured logit
+tolerance) and kog took stock's runner-up there. Random-weight models have such near-ties every ~10 tokens.
 """
 
 from __future__ import annotations
@@ -14,12 +18,36 @@ import pytest
 
 from kog_backend.counters import read_all
 from servers import SERVE, Server
+from test_teacher_forcing import ATOL
+from vllm_helpers import first_mismatch
 
 pytestmark = pytest.mark.vllm_gpu
 
 COMMON = ["--enforce-eager", "--gpu-memory-utilization", "0.25", "--max-model-len", "4096", "--seed", "0"]
 PROMPTS = ["The history of the city begins", "def fibonacci(n):", "A"]
 NEW_TOKENS = 128
+NEAR_TIE = 2 * ATOL
+IDS = {"return_token_ids": True}
+STOCK_LOGPROBS = {"return_token_ids": True, "return_tokens_as_token_ids": True}
+
+
+def _token_id(s: str) -> int:
+    assert s.startswith("token_id:"), s
+    return int(s[len("token_id:"):])
+
+
+def assert_parity(kog_ids: list[int], stock_ids: list[int], stock_top2: list[dict[int, float]]) -> int | None:
+    """kog == stock, or their first difference is at a stock near-tie and kog took stock's runner-up."""
+    m = first_mismatch(kog_ids, stock_ids)
+    if m is None:
+        return None
+    assert m < len(kog_ids) and m < len(stock_ids), (len(kog_ids), len(stock_ids))
+    ranked = sorted(stock_top2[m].items(), key=lambda kv: -kv[1])
+    assert ranked[0][0] == stock_ids[m]
+    margin = ranked[0][1] - ranked[1][1]
+    assert margin <= NEAR_TIE, f"first mismatch at {m} with stock top-2 margin {margin:.4f} > {NEAR_TIE}"
+    assert kog_ids[m] == ranked[1][0], f"at {m} kog took {kog_ids[m]}, stock's runner-up is {ranked[1][0]}"
+    return m
 
 
 def _counters(state_dir) -> dict:
@@ -51,13 +79,22 @@ def _greedy_completion(server, prompt, **extra):
     return server.post("/v1/completions", body)
 
 
-def test_completions_identical_and_on_kog_path(servers):
+def _stock_reference(stock, prompt):
+    c = _greedy_completion(stock, prompt, logprobs=2, **STOCK_LOGPROBS)["choices"][0]
+    tops = [{_token_id(t): lp for t, lp in d.items()} for d in c["logprobs"]["top_logprobs"]]
+    return c["token_ids"], tops
+
+
+def test_completions_match_stock_and_run_on_kog_path(servers):
     kog, stock, state = servers
     before = _counters(state)["kog_steps"] if read_all(str(state)) else 0
+    mismatches = []
     for prompt in PROMPTS:
-        got = _greedy_completion(kog, prompt)["choices"][0]["text"]
-        want = _greedy_completion(stock, prompt)["choices"][0]["text"]
-        assert got == want
+        got = _greedy_completion(kog, prompt, **IDS)["choices"][0]["token_ids"]
+        want, tops = _stock_reference(stock, prompt)
+        assert len(got) == NEW_TOKENS
+        mismatches.append(assert_parity(got, want, tops))
+    print(f"\nfirst near-tie divergence per prompt: {mismatches}")
     import time
 
     time.sleep(1.5)  # counters are persisted at most once a second
@@ -78,12 +115,13 @@ def test_chat_streaming_and_not(servers):
     kog, stock, _ = servers
     body = {"model": kog.cmd[len(SERVE)], "messages": [{"role": "user", "content": "Say something."}],
             "max_tokens": 48, "temperature": 0.0}
-    got = kog.post("/v1/chat/completions", body)["choices"][0]["message"]["content"]
-    want = stock.post("/v1/chat/completions", body)["choices"][0]["message"]["content"]
-    assert got == want
+    got = kog.post("/v1/chat/completions", {**body, **IDS})["choices"][0]
+    ref = stock.post("/v1/chat/completions", {**body, **STOCK_LOGPROBS, "logprobs": True, "top_logprobs": 2})["choices"][0]
+    tops = [{_token_id(t["token"]): t["logprob"] for t in step["top_logprobs"]} for step in ref["logprobs"]["content"]]
+    assert_parity(got["token_ids"], ref["token_ids"], tops)
     chunks = kog.stream("/v1/chat/completions", body)
     streamed = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
-    assert streamed == got
+    assert streamed == got["message"]["content"]
 
 
 def test_concurrent_requests_run_stock(servers):
@@ -112,22 +150,3 @@ def test_unknown_backend_is_refused_at_start(checkpoint):
     proc = subprocess.run(SERVE + [checkpoint("llama-3.2-1b"), "--backend", "bogus"], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "bogus" in proc.stderr and "--backend" in proc.stderr, proc.stderr[-2000:]
-
-
-def test_plain_serve_with_plugin_installed_is_stock(checkpoint, tmp_path):
-    """No flag: the same tokens as with vLLM's plugins turned off entirely, and no kog worker."""
-    model = checkpoint("llama-3.2-1b")
-    plain = Server(model, COMMON, env={"KOG_STATE_DIR": str(tmp_path)}).start()
-    try:
-        got = [_greedy_completion(plain, p)["choices"][0]["text"] for p in PROMPTS]
-        log = plain.log()
-    finally:
-        plain.stop()
-    bare = Server(model, COMMON, env={"VLLM_PLUGINS": ""}).start()
-    try:
-        want = [_greedy_completion(bare, p)["choices"][0]["text"] for p in PROMPTS]
-    finally:
-        bare.stop()
-    assert got == want
-    assert "KogWorker" not in log and "kog:" not in log
-    assert not read_all(str(tmp_path))

@@ -13,6 +13,7 @@ SUBCOMMANDS = {
     "stats": ("kog_backend.commands.stats", "print the kog path / fallback counters of running or finished servers"),
     "doctor": ("kog_backend.commands.doctor", "check GPU, driver, vLLM, torch, the extension and P2P"),
     "bench": ("kog_backend.commands.bench", "A/B benchmark: stock vLLM vs kog on one checkpoint"),
+    "patch-vllm": ("kog_backend.commands.patch_vllm", "check / apply / revert patches/ on the installed vLLM"),
 }
 
 

@@ -34,6 +34,8 @@ class KogConfig:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any] | None) -> "KogConfig":
+        if raw is not None and not isinstance(raw, Mapping):
+            raise KogConfigError(f"kog options must be a JSON object, got {type(raw).__name__}: {raw!r}")
         raw = dict(raw or {})
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(raw) - set(fields))
@@ -52,6 +54,8 @@ class KogConfig:
     @classmethod
     def from_vllm_config(cls, vllm_config: Any) -> "KogConfig":
         additional = getattr(vllm_config, "additional_config", None) or {}
+        if not isinstance(additional, Mapping):  # vLLM also allows a hashable object of another plugin's
+            return cls()
         return cls.from_dict(additional.get(CONFIG_KEY))
 
     def to_dict(self) -> dict[str, Any]:
@@ -67,7 +71,7 @@ def _coerce(name: str, type_name: Any, value: Any) -> Any:
             return value.lower() in ("1", "true", "yes", "on")
         raise KogConfigError(f"kog option {name}={value!r}; expected a boolean")
     if type_name == "int":
-        if isinstance(value, bool):
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
             raise KogConfigError(f"kog option {name}={value!r}; expected an integer")
         try:
             return int(value)

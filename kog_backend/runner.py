@@ -153,7 +153,8 @@ class KogModelRunner(GPUModelRunnerV2):
             )
 
     def _remove_request(self, req_id: str) -> bool:
-        self._kog_requests.pop(req_id, None)
+        if self._kog_requests.pop(req_id, None) is not None:
+            self.kog_counters.flush()  # `kog stats` is current once a request ends
         return super()._remove_request(req_id)
 
     # ---- the step --------------------------------------------------------------------------------------------

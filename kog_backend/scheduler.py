@@ -40,10 +40,10 @@ class KogScheduler(Scheduler):
             self.kog_lookahead = 0
         self._stock_lookahead = self.num_lookahead_tokens
 
-    def schedule(self) -> Any:
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
         single = len(self.running) + len(self.waiting) == 1
         self.num_lookahead_tokens = self.kog_lookahead if single else self._stock_lookahead
-        return super().schedule()
+        return super().schedule(*args, **kwargs)
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         sampled = model_runner_output.sampled_token_ids

@@ -1,0 +1,155 @@
+"""Monokernel time per decode step on one H200, next to the device-to-device copy bandwidth of the same run.
+
+Random bf16 weights with the real shapes (Llama-3.2-1B, Qwen3-1.7B, Llama-3.1-8B), built directly on the GPU; a
+paged KV cache (block 16, shuffled block table) with random context. Each figure is the median of --reps launches
+timed one by one with CUDA events (the weights are >= 2.5 GB, 40x the L2, so nothing stays cached).
+
+  bytes/step = weights read (model_spec.weight_bytes_per_token) + K/V read (ctx x layers x kv heads x 2D x 2 B)
+  GB/s = bytes/step / time; share = GB/s / copy GB/s (copy counts bytes read + written)
+
+Variants (Llama-3.2-1B, ctx 32) say where the time goes: the LM head cut to one chunk, half the layers, a
+shallower weight ring. Prints a table last; writes JSON to $OUT/bench_monokernel.json when $OUT is set.
+
+  python benchmarks/bench_monokernel.py [--shapes llama-3.2-1b,...] [--ctx 32,1024,4096] [--reps 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from kog_backend.monokernel import Monokernel, synthetic  # noqa: E402
+from kog_backend.monokernel.plan import lm_rows  # noqa: E402
+
+BS = 16
+
+
+def copy_bandwidth(dev, gib: float = 4.0, reps: int = 20) -> float:
+    """GB/s of a device-to-device copy, counting bytes read plus written (median)."""
+    n = int(gib * 2**30)
+    src = torch.empty(n, dtype=torch.uint8, device=dev)
+    src.random_()
+    dst = torch.empty_like(src)
+    times = []
+    for i in range(reps + 3):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        b.synchronize()
+        if i >= 3:
+            times.append(a.elapsed_time(b) * 1e-3)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * n / statistics.median(times) / 1e9
+
+
+def time_steps(fn, reps: int, warmup: int = 5) -> float:
+    """Median seconds of fn() over reps launches, each between its own pair of events."""
+    for _ in range(warmup):
+        fn()
+    evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    for a, b in evs:
+        a.record()
+        fn()
+        b.record()
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in evs) * 1e-3
+
+
+def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, variants: bool) -> list[dict]:
+    s = synthetic.make_shape(*synthetic.SHAPES[name], max_position=max(ctxs) + 64)
+    w = synthetic.random_decoder(s, dev, seed=1)
+    max_ctx = max(ctxs)
+    num_blocks = max_ctx // BS + 16
+    caches = synthetic.paged_kv_caches(s, num_blocks, BS, dev)
+    mk = Monokernel(w, caches, dev, max_model_len=max_ctx + 8)
+    wbytes = w.weight_bytes_per_token()
+    kv_row = s.num_layers * s.num_kv_heads * 2 * s.head_dim * 2
+    rows = []
+    bt = synthetic.shuffled_block_table(num_blocks, num_blocks - 1, num_blocks, dev, seed=3)
+    synthetic.fill_context(caches, bt, max_ctx, s.head_dim, seed=4)
+    ids = torch.tensor([42], device=dev)
+    out = torch.empty(1, dtype=torch.int64, device=dev)
+
+    def run(ctx, table=None):
+        pos = ctx - 1
+        positions = torch.tensor([pos], device=dev)
+        slots = torch.tensor([int(bt[pos // BS]) * BS + pos % BS], device=dev)
+        return lambda: mk.step(ids, positions, bt, slots, tokens_out=out, model_table=table)
+
+    for ctx in ctxs:
+        t = time_steps(run(ctx), reps)
+        byt = wbytes + ctx * kv_row
+        rows.append(dict(shape=name, variant="full", ctx=ctx, us=t * 1e6, gbs=byt / t / 1e9,
+                         share=byt / t / 1e9 / copy_gbs, weight_gb=wbytes / 1e9, floor_us=byt / (copy_gbs * 1e9) * 1e6))  # fmt: skip
+        diag = mk.diagnostics()
+        if diag:
+            print(f"!! {name} ctx {ctx}: {diag}", flush=True)
+            mk.reset_counters()
+    if variants:
+        ctx = ctxs[0]
+        p = mk.plan
+        lm_bytes = lm_rows(s) * s.hidden_size * 2
+        nu = p.stages[4].nu
+        layer_bytes = (wbytes - lm_bytes) / s.num_layers
+        cases = {
+            "no LM head": (dict(stage_n=[*[q.n for q in p.stages[:4]], nu], stage_chunks=[*[q.chunks for q in p.stages[:4]], 1]), wbytes - lm_bytes),
+            "half layers": (dict(num_layers=s.num_layers // 2), wbytes - layer_bytes * (s.num_layers - s.num_layers // 2)),
+            "1 layer, no LM head": (dict(num_layers=1, stage_n=[*[q.n for q in p.stages[:4]], nu], stage_chunks=[*[q.chunks for q in p.stages[:4]], 1]), layer_bytes),
+            "ring 2 slots": (dict(num_slots=2), wbytes),
+            "ring 4 slots": (dict(num_slots=4), wbytes),
+        }  # fmt: skip
+        for vname, (ov, byt) in cases.items():
+            table = mk.variant_table(**ov)
+            torch.cuda.synchronize()
+            mk.reset_counters()  # a variant with fewer layers leaves the other layers' counters behind the epoch
+            t = time_steps(run(ctx, table), reps)
+            byt += ctx * kv_row * (ov.get("num_layers", s.num_layers) / s.num_layers)
+            rows.append(dict(shape=name, variant=vname, ctx=ctx, us=t * 1e6, gbs=byt / t / 1e9,
+                             share=byt / t / 1e9 / copy_gbs, weight_gb=byt / 1e9, floor_us=byt / (copy_gbs * 1e9) * 1e6))  # fmt: skip
+            diag = mk.diagnostics()
+            if diag:
+                print(f"!! {name} {vname}: {diag}", flush=True)
+                mk.reset_counters()
+    del mk, w, caches
+    torch.cuda.empty_cache()
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="llama-3.2-1b,qwen3-1.7b,llama-3.1-8b")
+    ap.add_argument("--ctx", default="32,1024,4096")
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--no-variants", action="store_true")
+    args = ap.parse_args()
+    dev = torch.device("cuda", 0)
+    ctxs = [int(x) for x in args.ctx.split(",")]
+    copy_gbs = copy_bandwidth(dev)
+    print(f"{torch.cuda.get_device_name(dev)}: device-to-device copy {copy_gbs:.0f} GB/s (read + write)", flush=True)
+    rows = []
+    for name in args.shapes.split(","):
+        rows += bench_shape(name, ctxs, args.reps, copy_gbs, dev, variants=not args.no_variants and name == "llama-3.2-1b")
+        for r in rows[-(len(ctxs)):]:
+            print(f"  {r['shape']} ctx {r['ctx']}: {r['us']:.1f} us", flush=True)
+    out = os.environ.get("OUT")
+    if out:
+        with open(os.path.join(out, "bench_monokernel.json"), "w") as f:
+            json.dump(dict(copy_gbs=copy_gbs, rows=rows), f, indent=1)
+    print(f"\ncopy bandwidth {copy_gbs:.0f} GB/s")
+    print(f"{'shape':<14}{'variant':<22}{'ctx':>6}{'us/step':>10}{'floor us':>10}{'GB/s':>8}{'share':>8}")
+    for r in rows:
+        print(f"{r['shape']:<14}{r['variant']:<22}{r['ctx']:>6}{r['us']:>10.1f}{r['floor_us']:>10.1f}{r['gbs']:>8.0f}{r['share']:>8.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,94 @@
+// The monokernel's argument table. The host (kog_backend/monokernel/layout.py) packs these structs once, from
+// vLLM's own tensors; every field is 8 bytes so that the Python packer is a flat list of int64/double. Field
+// order is checked against the kog::monokernel_layout op by tests/test_monokernel_cpu.py.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+
+#include "kog/config.cuh"
+
+namespace kog {
+
+using bf16 = __nv_bfloat16;
+
+// One decoder layer: views of vLLM's TP-local bf16 weights ([out, in] row-major, contiguous), this layer's KV
+// cache, and this layer's scratch (written every step; kept per layer so each stage can be checked on its own).
+struct LayerArgs {
+  const bf16* input_norm;  // [H]
+  const bf16* qkv;         // [(nh + 2 nkv) D, H], rows Q | K | V
+  const bf16* q_norm;      // [D] or null (Qwen3 qk-norm)
+  const bf16* k_norm;      // [D] or null
+  const bf16* o_proj;      // [H, nh D]
+  const bf16* post_norm;   // [H]
+  const bf16* gate_up;     // [2 I, H], rows gate | up
+  const bf16* down;        // [H, I]
+  bf16* k_cache;           // element (block, pos, head, d) at block*s_blk + pos*s_pos + head*s_head + d
+  bf16* v_cache;           // same strides as k_cache (vLLM: k_cache + D)
+  bf16* qkv_out;           // [(nh + 2 nkv) D]  GEMV output, before qk-norm and RoPE
+  bf16* q_out;             // [nh D]            q after qk-norm and RoPE (written by split 0 of each KV head)
+  float* attn_ml;          // [nh, S, 2]        per split: running max (log2 domain), sum of exp2
+  float* attn_acc;         // [nh, S, D]        per split: unnormalised sum of exp2(s - m) * v
+  bf16* attn_out;          // [nh D]
+  bf16* o_out;             // [H]  o_proj output
+  bf16* rmid;              // [H]  residual after attention: bf16(o + rin)
+  bf16* act;               // [I]  silu(gate) * up
+  bf16* down_out;          // [H]
+  bf16* rin_next;          // [H]  residual entering the next layer: bf16(down + rmid)
+};
+
+struct ModelArgs {
+  int64_t num_layers;
+  int64_t hidden;
+  int64_t num_heads;
+  int64_t num_kv_heads;
+  int64_t head_dim;
+  int64_t inter;
+  int64_t block_size;   // KV-cache block size (positions)
+  int64_t num_splits;   // S: context splits per KV head
+  int64_t grid;         // blocks launched (= SM count)
+  int64_t num_slots;    // ring slots in use
+  int64_t qk_norm;      // 1 for Qwen3
+  int64_t max_position; // rows of cos_sin
+  int64_t work_bytes;   // shared-memory work region (input vector / attention scratch) before the ring
+  // Per stage (MonoConfig::kStage*): input length K, output units N (rows; gate/up pairs for GU), units per
+  // chunk (power of two <= kConsumerWarps), number of chunks.
+  int64_t stage_k[MonoConfig::kNumStages];
+  int64_t stage_n[MonoConfig::kNumStages];
+  int64_t stage_nu[MonoConfig::kNumStages];
+  int64_t stage_chunks[MonoConfig::kNumStages];
+  int64_t kv_stride_block;  // elements
+  int64_t kv_stride_pos;
+  int64_t kv_stride_head;
+  double rms_eps;
+  double attn_scale_log2;  // D^-0.5 * log2(e)
+  const bf16* embed;       // [V_pad, H]
+  const bf16* final_norm;  // [H]
+  const bf16* lm_head;     // [V_pad, H]; rows >= stage_n[kStageLM] are padding and never read
+  const bf16* cos_sin;     // [max_position, D]: cos | sin
+  const LayerArgs* layers;
+  uint32_t* counters;       // see counter_index() in sync.cuh
+  uint64_t* argmax_slots;   // [grid]
+  bf16* logits_scratch;     // [stage_n[kStageLM]] when the caller passes no logits buffer
+};
+
+// Per launch: small device pointers from the runner.
+struct StepArgs {
+  const ModelArgs* model;
+  const void* input_ids;       // [1] int32 or int64
+  const int64_t* positions;    // [1]
+  const int32_t* block_table;  // [block_table_len]
+  const int64_t* slot_mapping; // [1]
+  int64_t* tokens_out;         // [num_tokens]
+  bf16* logits_out;            // [num_tokens, logits_stride] or null
+  int32_t* num_out;            // [1] tokens produced, or null
+  const int64_t* stop_ids;     // [num_stop] or null
+  int64_t logits_stride;
+  int32_t ids_int64;
+  int32_t block_table_len;
+  int32_t num_stop;
+  int32_t num_tokens;
+};
+
+}  // namespace kog

@@ -1,0 +1,257 @@
+// GQA decode attention for one query token, split over the context: task (kv head h, split j) covers positions
+// [j * len, min((j + 1) * len, pos + 1)) with len = ceil((pos + 1) / S), for all g = nh / nkv query heads of h
+// (kHeadsPerPass at a time). The split holding `pos` first appends this token's K (qk-norm, RoPE) and V at the
+// slot vLLM assigned. Each split writes (m, l, acc) per query head; the last split of h to finish (counter, no
+// waiting) combines them into bf16 attention output:
+//   scores in log2 units: s = (q . k) * D^-0.5 * log2(e); m = max s; l = sum 2^(s - m); acc = sum 2^(s - m) v
+//   out = sum_j 2^(m_j - M) acc_j / sum_j 2^(m_j - M) l_j,  M = max_j m_j
+//
+// Lane layout: a group of LPP = D / 8 lanes holds one position (16 B of K and of V per lane), a warp holds
+// PPW = 32 / LPP positions, kAttnUnroll positions per group are loaded before the first use.
+#pragma once
+
+#include <cmath>
+
+#include "kog/args.cuh"
+#include "kog/config.cuh"
+#include "kog/numerics.cuh"
+#include "kog/rope.cuh"
+#include "kog/sync.cuh"
+
+namespace kog {
+
+struct AttnTask {
+  int kvh;
+  int split;
+  int start;  // first position of this split
+  int end;    // one past the last (start >= end: empty split)
+  bool owner; // start <= pos < end: appends this token's K/V
+  int bt_first;  // block-table entries [bt_first, bt_first + bt_count) are cached in shared memory
+  int bt_count;  // -1: not cached, read the block table from global memory
+};
+
+// Floats of shared memory attention_task uses (in the work region).
+__host__ __device__ constexpr int attn_work_floats(int D) {
+  return MonoConfig::kHeadsPerPass * D + 2 * MonoConfig::kConsumerWarps * MonoConfig::kHeadsPerPass +
+         MonoConfig::kConsumerWarps * MonoConfig::kHeadsPerPass * D;
+}
+
+__device__ __forceinline__ float dot8f(const float (&q)[8], const uint4 k) {
+  float a = 0.f, b = 0.f;
+  a = fmaf(q[0], bf_lo(k.x), a); b = fmaf(q[1], bf_hi(k.x), b);
+  a = fmaf(q[2], bf_lo(k.y), a); b = fmaf(q[3], bf_hi(k.y), b);
+  a = fmaf(q[4], bf_lo(k.z), a); b = fmaf(q[5], bf_hi(k.z), b);
+  a = fmaf(q[6], bf_lo(k.w), a); b = fmaf(q[7], bf_hi(k.w), b);
+  return a + b;
+}
+
+__device__ __forceinline__ float exp2_or_zero(float x, float m) { return x == -INFINITY ? 0.f : exp2f(x - m); }
+
+template <int D>
+__device__ void attention_task(const ModelArgs& m, const LayerArgs& L, const AttnTask& task, int pos, int64_t slot,
+                               const int32_t* block_table, int bt_len, const int* bt_s, float* work, int* bcast,
+                               uint32_t* ctrs, int ctr_kv, int ctr_done, uint32_t epoch) {
+  constexpr int W = MonoConfig::kConsumerWarps;
+  constexpr int LPP = D / 8, PPW = 32 / LPP, NG = W * PPW;
+  constexpr int U = MonoConfig::kAttnUnroll, HP = MonoConfig::kHeadsPerPass, E = D / 32;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int grp = lane / LPP, sub = lane % LPP;
+  const int nh = static_cast<int>(m.num_heads), nkv = static_cast<int>(m.num_kv_heads);
+  const int g = nh / nkv, S = static_cast<int>(m.num_splits), bs = static_cast<int>(m.block_size);
+  const int q_size = nh * D, kv_size = nkv * D;
+  const float eps = static_cast<float>(m.rms_eps);
+  const float scale = static_cast<float>(m.attn_scale_log2);
+  const int64_t s_blk = m.kv_stride_block, s_pos = m.kv_stride_pos, s_head = m.kv_stride_head;
+  const bf16* cs_row = m.cos_sin + static_cast<size_t>(pos) * D;
+  const int kvh = task.kvh;
+
+  float* qs = work;                 // [HP][D]    rotated q of this pass
+  float* wm = qs + HP * D;          // [W][HP]    per-warp running max
+  float* wl = wm + W * HP;          // [W][HP]    per-warp sum
+  float* wacc = wl + W * HP;        // [W][HP][D] per-warp accumulator
+
+  if (task.owner && warp == W - 1) {
+    float y[E];
+    qk_norm_rope_warp<D>(L.qkv_out + q_size + kvh * D, m.qk_norm ? L.k_norm : nullptr, eps, cs_row, y);
+    const int64_t off = (slot / bs) * s_blk + (slot % bs) * s_pos + kvh * s_head;
+    const uint16_t* vsrc = reinterpret_cast<const uint16_t*>(L.qkv_out + q_size + kv_size + kvh * D);
+    uint16_t* kdst = reinterpret_cast<uint16_t*>(L.k_cache + off);
+    uint16_t* vdst = reinterpret_cast<uint16_t*>(L.v_cache + off);
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      kdst[lane + 32 * e] = f2bf_bits(y[e]);
+      vdst[lane + 32 * e] = ld_cg_u16(vsrc + lane + 32 * e);
+    }
+  }
+  // (The barrier after the q pass below orders these cache writes before this block's reads of `pos`.)
+
+  for (int hb = 0; hb < g; hb += HP) {
+    const int hp = min(HP, g - hb);
+    if (warp < hp) {
+      const int head = kvh * g + hb + warp;
+      float y[E];
+      qk_norm_rope_warp<D>(L.qkv_out + head * D, m.qk_norm ? L.q_norm : nullptr, eps, cs_row, y);
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        qs[warp * D + lane + 32 * e] = y[e];
+        if (task.split == 0) reinterpret_cast<uint16_t*>(L.q_out)[head * D + lane + 32 * e] = f2bf_bits(y[e]);
+      }
+    }
+    consumer_sync();
+
+    float q[HP][8], mrun[HP], lrun[HP], acc[HP][8];
+#pragma unroll
+    for (int i = 0; i < HP; ++i) {
+      mrun[i] = -INFINITY;
+      lrun[i] = 0.f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        q[i][e] = i < hp ? qs[i * D + sub * 8 + e] : 0.f;
+        acc[i][e] = 0.f;
+      }
+    }
+
+    for (int base = task.start; base < task.end; base += NG * U) {
+      uint4 kr[U], vr[U];
+      bool ok[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int p = base + u * NG + warp * PPW + grp;
+        kr[u] = make_uint4(0, 0, 0, 0);
+        vr[u] = kr[u];
+        ok[u] = p < task.end;
+        if (ok[u]) {
+          const int bi = p / bs;
+          int blk = -1;
+          if (task.bt_count >= 0) {
+            blk = bt_s[bi - task.bt_first];
+          } else if (bi < bt_len) {
+            blk = __ldg(block_table + bi);
+          }
+          ok[u] = blk >= 0;
+          if (ok[u]) {
+            const int64_t off = blk * s_blk + (p % bs) * s_pos + kvh * s_head + sub * 8;
+            kr[u] = ld_cg_v4(L.k_cache + off);
+            vr[u] = ld_cg_v4(L.v_cache + off);
+          }
+        }
+      }
+      float s[U][HP];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+#pragma unroll
+        for (int i = 0; i < HP; ++i) {
+          float v = dot8f(q[i], kr[u]);
+#pragma unroll
+          for (int off = 1; off < LPP; off <<= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+          s[u][i] = v * scale;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < HP; ++i) {
+        if (i >= hp) continue;
+        float mx = mrun[i];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          if (ok[u]) mx = fmaxf(mx, s[u][i]);
+        if (mx == -INFINITY) continue;
+        const float corr = exp2_or_zero(mrun[i], mx);
+        lrun[i] *= corr;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[i][e] *= corr;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (!ok[u]) continue;
+          const float pu = exp2f(s[u][i] - mx);
+          float v[8];
+          unpack8(vr[u], v);
+          lrun[i] += pu;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[i][e] = fmaf(pu, v[e], acc[i][e]);
+        }
+        mrun[i] = mx;
+      }
+    }
+
+    // Merge the PPW position groups of each warp (lanes with equal `sub`).
+#pragma unroll
+    for (int off = LPP; off < 32; off <<= 1) {
+#pragma unroll
+      for (int i = 0; i < HP; ++i) {
+        const float mo = __shfl_xor_sync(0xffffffffu, mrun[i], off);
+        const float lo = __shfl_xor_sync(0xffffffffu, lrun[i], off);
+        const float mn = fmaxf(mrun[i], mo);
+        const float c1 = exp2_or_zero(mrun[i], mn), c2 = exp2_or_zero(mo, mn);
+        lrun[i] = lrun[i] * c1 + lo * c2;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float ao = __shfl_xor_sync(0xffffffffu, acc[i][e], off);
+          acc[i][e] = acc[i][e] * c1 + ao * c2;
+        }
+        mrun[i] = mn;
+      }
+    }
+    if (lane < LPP) {
+#pragma unroll
+      for (int i = 0; i < HP; ++i) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) wacc[(warp * HP + i) * D + sub * 8 + e] = acc[i][e];
+        if (lane == 0) {
+          wm[warp * HP + i] = mrun[i];
+          wl[warp * HP + i] = lrun[i];
+        }
+      }
+    }
+    consumer_sync();
+
+    // Merge the warps; write this split's partial for each head of the pass.
+    for (int idx = tid; idx < hp * D; idx += MonoConfig::kConsumerThreads) {
+      const int i = idx / D, d = idx - (idx / D) * D;
+      float M = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < W; ++w) M = fmaxf(M, wm[w * HP + i]);
+      float A = 0.f, Ls = 0.f;
+#pragma unroll
+      for (int w = 0; w < W; ++w) {
+        const float c = exp2_or_zero(wm[w * HP + i], M);
+        A = fmaf(c, wacc[(w * HP + i) * D + d], A);
+        Ls = fmaf(c, wl[w * HP + i], Ls);
+      }
+      const int head = kvh * g + hb + i;
+      L.attn_acc[(static_cast<size_t>(head) * S + task.split) * D + d] = A;
+      if (d == 0) {
+        L.attn_ml[(static_cast<size_t>(head) * S + task.split) * 2] = M;
+        L.attn_ml[(static_cast<size_t>(head) * S + task.split) * 2 + 1] = Ls;
+      }
+    }
+    consumer_sync();
+  }
+
+  // Publish this split; the last of kv head h's S splits combines (its acquire covers the other splits' writes).
+  if (tid == 0) {
+    const uint32_t old = atom_acq_rel_add(counter(ctrs, ctr_kv), 1u);
+    bcast[0] = (old + 1u == (epoch + 1u) * static_cast<uint32_t>(S)) ? 1 : 0;
+  }
+  consumer_sync();
+  if (bcast[0] == 0) return;
+  for (int idx = tid; idx < g * D; idx += MonoConfig::kConsumerThreads) {
+    const int i = idx / D, d = idx - (idx / D) * D;
+    const int head = kvh * g + i;
+    const float* ml = L.attn_ml + static_cast<size_t>(head) * S * 2;
+    const float* ac = L.attn_acc + static_cast<size_t>(head) * S * D + d;
+    float M = -INFINITY;
+    for (int j = 0; j < S; ++j) M = fmaxf(M, ld_cg_f32(ml + 2 * j));
+    float num = 0.f, den = 0.f;
+    for (int j = 0; j < S; ++j) {
+      const float mj = ld_cg_f32(ml + 2 * j);
+      if (mj == -INFINITY) continue;
+      const float c = exp2f(mj - M);
+      den = fmaf(c, ld_cg_f32(ml + 2 * j + 1), den);
+      num = fmaf(c, ld_cg_f32(ac + static_cast<size_t>(j) * D), num);
+    }
+    reinterpret_cast<uint16_t*>(L.attn_out)[head * D + d] = f2bf_bits(num / den);
+  }
+  consumer_signal(ctrs, ctr_done, 1u);
+}
+
+}  // namespace kog

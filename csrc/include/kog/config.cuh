@@ -1,0 +1,63 @@
+// The monokernel's compile-time tunables. kog_backend/monokernel/layout.py mirrors them (checked by
+// tests/test_monokernel_cpu.py through the kog::monokernel_config op).
+#pragma once
+
+#include <cstdint>
+
+namespace kog {
+
+struct MonoConfig {
+  // Block shape: warp 0..kConsumerWarps-1 compute, the last warp streams weights (one elected lane).
+  static constexpr int kConsumerWarps = 8;
+  static constexpr int kConsumerThreads = kConsumerWarps * 32;
+  static constexpr int kThreads = kConsumerThreads + 32;
+  static constexpr int kLoaderWarp = kConsumerWarps;
+
+  // Weight ring in shared memory: kMaxSlots slots of kSlotBytes; the launcher uses as many as fit next to the
+  // input-vector buffer (6 for Llama-3.2-1B and Llama-3.1-8B: 192 KiB in flight per SM, ~6 us of one SM's share
+  // of HBM bandwidth, which covers a dependency wait of ~1-2 us between stages).
+  static constexpr int kSlotBytes = 32 * 1024;
+  static constexpr int kMaxSlots = 12;
+  static constexpr int kMinSlots = 2;
+  // Dynamic shared memory a block may use on sm_90 (227 KiB).
+  static constexpr int kMaxSmemBytes = 227 * 1024;
+  // Fixed shared-memory header (SmemHeader in monokernel.cuh): mbarriers, reduction scratch, broadcast words and
+  // the block-table entries of this block's attention split (kBtCacheEntries x block_size positions).
+  static constexpr int kHeaderBytes = 4096;
+  static constexpr int kBtCacheEntries = 768;
+
+  // GEMV: a warp's share of one row is a multiple of this many bf16 (32 lanes x 8 elements = one 16 B load each).
+  static constexpr int kWarpStride = 32 * 8;
+  // Hidden sizes the norm keeps in registers: H <= kMaxNormIters * kConsumerThreads * 8.
+  static constexpr int kMaxNormIters = 4;
+  static constexpr int kMaxHidden = kMaxNormIters * kConsumerThreads * 8;
+
+  // Attention: query heads of one KV head handled per pass (GQA 8 = two passes over the KV split), positions
+  // each lane group loads ahead (16 B of K and of V each).
+  static constexpr int kHeadsPerPass = 4;
+  static constexpr int kAttnUnroll = 4;
+
+  // Stages a layer runs through, in order; also the index of its counter in the per-layer counter block.
+  static constexpr int kStageQKV = 0;
+  static constexpr int kStageO = 1;
+  static constexpr int kStageGU = 2;
+  static constexpr int kStageDown = 3;
+  static constexpr int kStageLM = 4;
+  static constexpr int kNumStages = 5;
+
+  // Counters are uint32 spaced kCounterStride words apart (32 B: one L2 sector each).
+  static constexpr int kCounterStride = 8;
+
+  static constexpr int kVersion = 1;
+};
+
+static_assert(MonoConfig::kConsumerWarps == 8, "gemv and attention index math assumes 8 consumer warps");
+static_assert(MonoConfig::kSlotBytes % 16 == 0, "bulk copies move multiples of 16 bytes");
+static_assert(MonoConfig::kMaxSlots * MonoConfig::kSlotBytes + MonoConfig::kHeaderBytes <= 400 * 1024,
+              "ring bound");
+static_assert(MonoConfig::kMinSlots * MonoConfig::kSlotBytes + MonoConfig::kHeaderBytes < MonoConfig::kMaxSmemBytes,
+              "at least two slots must fit");
+static_assert(MonoConfig::kMaxHidden == 8192, "norm register budget");
+static_assert(MonoConfig::kHeadsPerPass == 4 && MonoConfig::kAttnUnroll >= 1, "attention register budget");
+
+}  // namespace kog

@@ -1,0 +1,94 @@
+// Matrix-vector products over weight chunks streamed into shared memory.
+//
+// A stage's output is split into units (one row; for gate/up one gate row and its up row), a chunk is nu units
+// (nu a power of two <= kConsumerWarps) of full rows, copied whole by the loader. Each unit is owned by
+// wpu = kConsumerWarps / nu warps, each taking a contiguous K / wpu segment of the row (a multiple of 256
+// elements: 16 B per lane per step); partial sums of one unit meet in shared memory in a fixed order, so the result
+// does not depend on timing.
+#pragma once
+
+#include "kog/args.cuh"
+#include "kog/config.cuh"
+#include "kog/numerics.cuh"
+#include "kog/sync.cuh"
+
+namespace kog {
+
+struct Chunk {
+  const bf16* src0;  // first nvalid rows (gate rows for gate/up)
+  const bf16* src1;  // up rows for gate/up, else null
+  uint32_t bytes0;
+  uint32_t bytes1;
+  int r0;      // first unit
+  int nvalid;  // units in this chunk (< nu only for the last chunk)
+};
+
+// Which weight rows chunk `c` of `stage` covers. For gate/up, units are rows j of gate and j of up (row I + j).
+__device__ __forceinline__ Chunk chunk_of(const ModelArgs& m, const bf16* w, int stage, int c) {
+  const int K = static_cast<int>(m.stage_k[stage]);
+  const int N = static_cast<int>(m.stage_n[stage]);
+  const int nu = static_cast<int>(m.stage_nu[stage]);
+  Chunk ch;
+  ch.r0 = c * nu;
+  ch.nvalid = min(nu, N - ch.r0);
+  ch.src0 = w + static_cast<size_t>(ch.r0) * K;
+  ch.bytes0 = static_cast<uint32_t>(ch.nvalid) * K * 2u;
+  if (stage == MonoConfig::kStageGU) {
+    ch.src1 = w + static_cast<size_t>(N + ch.r0) * K;
+    ch.bytes1 = ch.bytes0;
+  } else {
+    ch.src1 = nullptr;
+    ch.bytes1 = 0;
+  }
+  return ch;
+}
+
+// Shared-memory offset (bytes) of the up rows of a gate/up chunk inside its slot.
+__device__ __forceinline__ uint32_t pair_offset_bytes(int K, int nu) { return static_cast<uint32_t>(nu) * K * 2u; }
+
+// Dot products of one chunk with x_s. w_s: the chunk in its ring slot; red: 2 x 2 x kConsumerWarps floats,
+// `parity` alternates per chunk so a slow warp still reading one chunk's partials is never overwritten by the
+// next. epi(unit, v0, v1) runs once per valid unit, on one lane, with the fp32 sums (v1: up row for gate/up).
+template <bool kPair, class Epi>
+__device__ __forceinline__ void gemv_chunk(const bf16* w_s, const bf16* x_s, int K, int nu, int nvalid, float* red,
+                                           int parity, Epi&& epi) {
+  constexpr int W = MonoConfig::kConsumerWarps;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int wpu = W / nu;
+  const int unit = warp / wpu, part = warp - unit * wpu;
+  const int seg = K / wpu;
+  float a0 = 0.f, a1 = 0.f;
+  if (unit < nvalid) {
+    const uint4* w0 = reinterpret_cast<const uint4*>(w_s + static_cast<size_t>(unit) * K + part * seg) + lane;
+    const uint4* w1 = reinterpret_cast<const uint4*>(w_s + static_cast<size_t>(nu + unit) * K + part * seg) + lane;
+    const uint4* xv = reinterpret_cast<const uint4*>(x_s + part * seg) + lane;
+    const int iters = seg / MonoConfig::kWarpStride;
+#pragma unroll 4
+    for (int i = 0; i < iters; ++i) {
+      const uint4 x = xv[i * 32];
+      a0 = dot8(w0[i * 32], x, a0);
+      if constexpr (kPair) a1 = dot8(w1[i * 32], x, a1);
+    }
+    a0 = warp_sum(a0);
+    if constexpr (kPair) a1 = warp_sum(a1);
+  }
+  if (wpu > 1) {
+    float* r = red + parity * (2 * W);
+    if (lane == 0) {
+      r[warp] = a0;
+      r[W + warp] = a1;
+    }
+    consumer_sync();
+    if (part == 0 && lane == 0 && unit < nvalid) {
+      a0 = 0.f;
+      a1 = 0.f;
+      for (int p = 0; p < wpu; ++p) {
+        a0 += r[warp + p];
+        a1 += r[W + warp + p];
+      }
+    }
+  }
+  if (part == 0 && lane == 0 && unit < nvalid) epi(unit, a0, a1);
+}
+
+}  // namespace kog

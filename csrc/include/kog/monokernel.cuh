@@ -1,0 +1,364 @@
+// The persistent decode kernel: one block per SM, one launch per step (or per K tokens), no grid barrier.
+//
+// Every block walks the same static schedule: per layer QKV -> attention split -> O -> gate/up -> down, then the
+// LM head and greedy argmax. Chunk c of a stage belongs to block (base + c) % grid, where base is the number of
+// chunks of all earlier stages of the step (mod grid), so every block streams the same number of bytes +-1 chunk.
+// The loader warp streams this block's weight chunks into a ring of shared-memory slots, in schedule order and
+// independently of any data dependency: it runs up to num_slots chunks ahead, across stage and layer boundaries,
+// while the consumer warps wait for their inputs. A consumer stage waits only on the counter of the data it
+// reads (docs/monokernel.md: epochs, acquire/release and why no counter is ever reset).
+#pragma once
+
+#include <cstdint>
+
+#include "kog/args.cuh"
+#include "kog/attention.cuh"
+#include "kog/config.cuh"
+#include "kog/gemv.cuh"
+#include "kog/lm_head.cuh"
+#include "kog/numerics.cuh"
+#include "kog/rmsnorm.cuh"
+#include "kog/sync.cuh"
+
+namespace kog {
+
+struct SmemHeader {
+  uint64_t full[MonoConfig::kMaxSlots];   // slot filled (one arrival with tx bytes, by the loader)
+  uint64_t empty[MonoConfig::kMaxSlots];  // slot consumed (one arrival per consumer warp)
+  uint64_t keys[MonoConfig::kConsumerWarps];
+  float red_norm[MonoConfig::kConsumerWarps];
+  float red_gemv[2 * 2 * MonoConfig::kConsumerWarps];
+  int bcast[4];
+  volatile int tok_go;    // consumers -> loader: token index whose weights may stream
+  volatile int tok_stop;  // consumers -> loader: stop after the token before tok_go
+  int bt[MonoConfig::kBtCacheEntries];
+};
+static_assert(sizeof(SmemHeader) <= MonoConfig::kHeaderBytes, "shared-memory header overflows kHeaderBytes");
+
+// First chunk of a stage with n chunks that block b owns, given the stage's base; chunks c0, c0 + G, ...
+__device__ __forceinline__ int first_chunk(int b, int base, int G) {
+  const int c = b - base;
+  return c < 0 ? c + G : c;
+}
+
+__device__ __forceinline__ const bf16* stage_weight(const ModelArgs& m, const LayerArgs& La, int st) {
+  switch (st) {
+    case MonoConfig::kStageQKV: return La.qkv;
+    case MonoConfig::kStageO: return La.o_proj;
+    case MonoConfig::kStageGU: return La.gate_up;
+    case MonoConfig::kStageDown: return La.down;
+    default: return m.lm_head;
+  }
+}
+
+// ---- loader: one lane -------------------------------------------------------------------------------------------
+__device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader& hdr, uint8_t* ring) {
+  const uint64_t policy = l2_evict_first_policy();
+  const int G = gridDim.x, b = blockIdx.x;
+  const int ns = static_cast<int>(m.num_slots), L = static_cast<int>(m.num_layers);
+  int slot = 0, base = 0;
+  uint32_t phase = 0;
+  auto stream_stage = [&](const bf16* w, int st) {
+    const int n = static_cast<int>(m.stage_chunks[st]);
+    const int K = static_cast<int>(m.stage_k[st]), nu = static_cast<int>(m.stage_nu[st]);
+    for (int c = first_chunk(b, base, G); c < n; c += G) {
+      const Chunk ch = chunk_of(m, w, st, c);
+      mbar_wait(&hdr.empty[slot], phase ^ 1u, m.counters, kSiteEmpty);
+      mbar_arrive_expect_tx(&hdr.full[slot], ch.bytes0 + ch.bytes1);
+      uint8_t* dst = ring + static_cast<size_t>(slot) * MonoConfig::kSlotBytes;
+      bulk_copy_g2s(dst, ch.src0, ch.bytes0, &hdr.full[slot], policy);
+      if (ch.bytes1 != 0) bulk_copy_g2s(dst + pair_offset_bytes(K, nu), ch.src1, ch.bytes1, &hdr.full[slot], policy);
+      if (++slot == ns) {
+        slot = 0;
+        phase ^= 1u;
+      }
+    }
+    base = (base + n) % G;
+  };
+  for (int t = 0; t < step.num_tokens; ++t) {
+    if (t > 0) {
+      // The next token's weights are the same bytes; wait until the consumers know whether it exists.
+      const long long t0 = clock64();
+      while (hdr.tok_go < t) {
+        __nanosleep(64);
+        if (clock64() - t0 > kWaitTimeoutCycles || aborted(m.counters)) {
+          record_abort(m.counters, kSiteTokenGo, static_cast<uint32_t>(t), 0u, 0u);
+          return;
+        }
+      }
+      if (hdr.tok_stop) return;
+    }
+    for (int l = 0; l < L; ++l) {
+      const LayerArgs& La = m.layers[l];
+      for (int st = MonoConfig::kStageQKV; st <= MonoConfig::kStageDown; ++st) stream_stage(stage_weight(m, La, st), st);
+    }
+    stream_stage(m.lm_head, MonoConfig::kStageLM);
+  }
+}
+
+// ---- consumers: kConsumerWarps warps ----------------------------------------------------------------------------
+struct Ring {
+  uint8_t* base;
+  int ns;
+  int slot;
+  uint32_t phase;
+  int parity;  // alternates per chunk: gemv's reduction buffer
+};
+
+// Consume this block's chunks of one stage: c = c0, c0 + G, ... ; epi(row, v0, v1) per output unit.
+template <bool kPair, class Epi>
+__device__ __forceinline__ void consume_stage(const ModelArgs& m, SmemHeader& hdr, Ring& ring, const bf16* x_s,
+                                              int st, int c0, Epi&& epi) {
+  const int G = gridDim.x;
+  const int n = static_cast<int>(m.stage_chunks[st]);
+  const int K = static_cast<int>(m.stage_k[st]), N = static_cast<int>(m.stage_n[st]);
+  const int nu = static_cast<int>(m.stage_nu[st]);
+  for (int c = c0; c < n; c += G) {
+    const int r0 = c * nu;
+    mbar_wait(&hdr.full[ring.slot], ring.phase, m.counters, kSiteFull);
+    const bf16* w_s = reinterpret_cast<const bf16*>(ring.base + static_cast<size_t>(ring.slot) * MonoConfig::kSlotBytes);
+    gemv_chunk<kPair>(w_s, x_s, K, nu, min(nu, N - r0), hdr.red_gemv, ring.parity,
+                      [&](int unit, float v0, float v1) { epi(r0 + unit, v0, v1); });
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) mbar_arrive(&hdr.empty[ring.slot]);
+    ring.parity ^= 1;
+    if (++ring.slot == ring.ns) {
+      ring.slot = 0;
+      ring.phase ^= 1u;
+    }
+  }
+}
+
+__device__ __forceinline__ int chunks_owned(int c0, int n, int G) { return c0 < n ? (n - c0 + G - 1) / G : 0; }
+
+__device__ __forceinline__ void st_bf16(bf16* p, int i, float v) { reinterpret_cast<uint16_t*>(p)[i] = f2bf_bits(v); }
+__device__ __forceinline__ float ld_bf16_cg(const bf16* p, int i) { return bf2f(ld_cg_u16(p + i)); }
+
+template <int D>
+__device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHeader& hdr, bf16* x_s, float* work,
+                              uint8_t* ring_base, uint32_t epoch0) {
+  using C = MonoConfig;
+  const int G = gridDim.x, b = blockIdx.x, tid = threadIdx.x;
+  const int L = static_cast<int>(m.num_layers), H = static_cast<int>(m.hidden);
+  const int nh = static_cast<int>(m.num_heads), nkv = static_cast<int>(m.num_kv_heads);
+  const int I = static_cast<int>(m.inter), S = static_cast<int>(m.num_splits), bs = static_cast<int>(m.block_size);
+  const float eps = static_cast<float>(m.rms_eps);
+  uint32_t* ctrs = m.counters;
+  const uint32_t n_qkv = static_cast<uint32_t>(m.stage_chunks[C::kStageQKV]);
+  const uint32_t n_o = static_cast<uint32_t>(m.stage_chunks[C::kStageO]);
+  const uint32_t n_gu = static_cast<uint32_t>(m.stage_chunks[C::kStageGU]);
+  const uint32_t n_down = static_cast<uint32_t>(m.stage_chunks[C::kStageDown]);
+  const uint32_t n_lm = static_cast<uint32_t>(m.stage_chunks[C::kStageLM]);
+
+  Ring ring{ring_base, static_cast<int>(m.num_slots), 0, 0u, 0};
+  int base = 0;
+  const int64_t pos0 = step.positions[0];
+  const bool has_task = b < nkv * S;
+
+  int ntok = 0;
+  for (int t = 0; t < step.num_tokens; ++t) {
+    const uint32_t e = epoch0 + static_cast<uint32_t>(t);
+    const uint32_t next = e + 1u;
+    const int pos = static_cast<int>(pos0) + t;
+    int64_t token;
+    if (t == 0) {
+      token = step.ids_int64 ? static_cast<const int64_t*>(step.input_ids)[0]
+                             : static_cast<int64_t>(static_cast<const int32_t*>(step.input_ids)[0]);
+    } else {
+      token = static_cast<int64_t>(ld_cg_u64(step.tokens_out + t - 1));
+    }
+    int64_t slot;
+    if (t == 0) {
+      slot = step.slot_mapping[0];
+    } else {
+      slot = static_cast<int64_t>(__ldg(step.block_table + pos / bs)) * bs + pos % bs;
+    }
+    const bf16* emb = m.embed + token * H;
+
+    AttnTask task{};
+    if (has_task) {
+      const int ctx = pos + 1;
+      const int len = (ctx + S - 1) / S;
+      task.kvh = b / S;
+      task.split = b - task.kvh * S;
+      task.start = task.split * len;
+      task.end = min(task.start + len, ctx);
+      if (task.end < task.start) task.end = task.start;
+      task.owner = task.start <= pos && pos < task.end;
+      task.bt_count = -1;
+      if (task.end > task.start) {
+        const int first = task.start / bs, last = (task.end - 1) / bs;
+        if (last - first + 1 <= C::kBtCacheEntries && last < step.block_table_len) {
+          task.bt_first = first;
+          task.bt_count = last - first + 1;
+          for (int i = tid; i < task.bt_count; i += C::kConsumerThreads) hdr.bt[i] = __ldg(step.block_table + first + i);
+        }
+      }
+      consumer_sync();
+    }
+
+    for (int l = 0; l < L; ++l) {
+      const LayerArgs& La = m.layers[l];
+      const LayerArgs* prev = l > 0 ? &m.layers[l - 1] : nullptr;
+      const bf16* rin = l == 0 ? emb : prev->rin_next;
+
+      {  // QKV projection of rmsnorm(residual)
+        const int c0 = first_chunk(b, base, G);
+        const int mine = chunks_owned(c0, static_cast<int>(n_qkv), G);
+        if (mine > 0) {
+          if (l == 0) {
+            rmsnorm_to_smem(x_s, nullptr, emb, La.input_norm, H, eps, hdr.red_norm);
+          } else {
+            consumer_wait(ctrs, layer_counter_index(l - 1, nkv, C::kStageDown), next * n_down);
+            rmsnorm_to_smem(x_s, prev->down_out, prev->rmid, La.input_norm, H, eps, hdr.red_norm);
+          }
+          consume_stage<false>(m, hdr, ring, x_s, C::kStageQKV, c0,
+                               [&](int r, float v, float) { st_bf16(La.qkv_out, r, v); });
+          consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageQKV), static_cast<uint32_t>(mine));
+        }
+        base = (base + static_cast<int>(n_qkv)) % G;
+      }
+
+      if (has_task) {  // attention split (+ combine by the last split of the KV head)
+        consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageQKV), next * n_qkv);
+        attention_task<D>(m, La, task, pos, slot, step.block_table, step.block_table_len, hdr.bt, work, hdr.bcast,
+                          ctrs, layer_counter_index(l, nkv, kCtrAttnKV + task.kvh),
+                          layer_counter_index(l, nkv, kCtrAttnDone), e);
+      }
+
+      {  // O projection + residual
+        const int c0 = first_chunk(b, base, G);
+        const int mine = chunks_owned(c0, static_cast<int>(n_o), G);
+        if (mine > 0) {
+          consumer_wait(ctrs, layer_counter_index(l, nkv, kCtrAttnDone), next * static_cast<uint32_t>(nkv));
+          copy_to_smem(x_s, La.attn_out, nh * D);
+          consume_stage<false>(m, hdr, ring, x_s, C::kStageO, c0, [&](int r, float v, float) {
+            const float o = round_bf16(v);
+            st_bf16(La.o_out, r, o);
+            st_bf16(La.rmid, r, o + ld_bf16_cg(rin, r));
+          });
+          consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageO), static_cast<uint32_t>(mine));
+        }
+        base = (base + static_cast<int>(n_o)) % G;
+      }
+
+      {  // gate/up of rmsnorm(o + rin), SiLU(gate) * up
+        const int c0 = first_chunk(b, base, G);
+        const int mine = chunks_owned(c0, static_cast<int>(n_gu), G);
+        if (mine > 0) {
+          consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageO), next * n_o);
+          rmsnorm_to_smem(x_s, La.o_out, rin, La.post_norm, H, eps, hdr.red_norm);
+          consume_stage<true>(m, hdr, ring, x_s, C::kStageGU, c0, [&](int r, float vg, float vu) {
+            const float gt = round_bf16(vg), up = round_bf16(vu);
+            st_bf16(La.act, r, __fmul_rn(__fdiv_rn(gt, 1.f + expf(-gt)), up));
+          });
+          consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageGU), static_cast<uint32_t>(mine));
+        }
+        base = (base + static_cast<int>(n_gu)) % G;
+      }
+
+      {  // down projection + residual
+        const int c0 = first_chunk(b, base, G);
+        const int mine = chunks_owned(c0, static_cast<int>(n_down), G);
+        if (mine > 0) {
+          consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageGU), next * n_gu);
+          copy_to_smem(x_s, La.act, I);
+          consume_stage<false>(m, hdr, ring, x_s, C::kStageDown, c0, [&](int r, float v, float) {
+            const float d = round_bf16(v);
+            st_bf16(La.down_out, r, d);
+            st_bf16(La.rin_next, r, d + ld_bf16_cg(La.rmid, r));
+          });
+          consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageDown), static_cast<uint32_t>(mine));
+        }
+        base = (base + static_cast<int>(n_down)) % G;
+      }
+    }
+
+    {  // LM head over the logical vocabulary, greedy argmax
+      const LayerArgs& last = m.layers[L - 1];
+      const int c0 = first_chunk(b, base, G);
+      const int mine = chunks_owned(c0, static_cast<int>(n_lm), G);
+      bf16* logits = step.logits_out != nullptr ? step.logits_out + static_cast<int64_t>(t) * step.logits_stride
+                                                : m.logits_scratch;
+      uint64_t best = 0;
+      if (mine > 0) {
+        consumer_wait(ctrs, layer_counter_index(L - 1, nkv, C::kStageDown), next * n_down);
+        rmsnorm_to_smem(x_s, last.down_out, last.rmid, m.final_norm, H, eps, hdr.red_norm);
+        consume_stage<false>(m, hdr, ring, x_s, C::kStageLM, c0, [&](int r, float v, float) {
+          const float lv = round_bf16(v);
+          st_bf16(logits, r, lv);
+          const uint64_t k = argmax_key(lv, static_cast<uint32_t>(r));
+          best = k > best ? k : best;
+        });
+      }
+      base = (base + static_cast<int>(n_lm)) % G;
+      best = consumer_max_key(best, hdr.keys);
+      if (tid == 0) {
+        m.argmax_slots[b] = best;
+        const uint32_t old = atom_acq_rel_add(counter(ctrs, kCtrLM), 1u);
+        hdr.bcast[1] = (old + 1u == next * static_cast<uint32_t>(G)) ? 1 : 0;
+      }
+      consumer_sync();
+      if (hdr.bcast[1] != 0 && tid < 32) {
+        const uint64_t k = grid_max_key(m.argmax_slots, G);
+        if (tid == 0) {
+          step.tokens_out[t] = static_cast<int64_t>(argmax_row(k));
+          if (step.num_out != nullptr) step.num_out[0] = t + 1;
+          st_release(counter(ctrs, kCtrTokenReady), next);
+        }
+      }
+    }
+
+    ntok = t + 1;
+    if (t + 1 < step.num_tokens) {
+      consumer_wait(ctrs, kCtrTokenReady, next);
+      const int64_t tok = static_cast<int64_t>(ld_cg_u64(step.tokens_out + t));
+      bool stop = false;
+      for (int i = 0; i < step.num_stop; ++i) stop |= __ldg(step.stop_ids + i) == tok;
+      if (tid == 0) {
+        hdr.tok_stop = stop ? 1 : 0;
+        __threadfence_block();
+        hdr.tok_go = t + 1;
+      }
+      if (stop) break;
+    }
+  }
+  // The last block to finish advances the epoch by the tokens produced; every block has read the old one (at its
+  // start) by then, and the next launch reads the new one after this kernel completes (stream order).
+  consumer_sync();
+  if (tid == 0) {
+    const uint32_t old = atom_acq_rel_add(counter(ctrs, kCtrFinish), 1u);
+    if (old + 1u == static_cast<uint32_t>(G)) {
+      *reinterpret_cast<volatile uint32_t*>(counter(ctrs, kCtrFinish)) = 0u;
+      *reinterpret_cast<volatile uint32_t*>(counter(ctrs, kCtrEpoch)) = epoch0 + static_cast<uint32_t>(ntok);
+    }
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(MonoConfig::kThreads, 1) monokernel_kernel(const __grid_constant__ StepArgs step) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  SmemHeader& hdr = *reinterpret_cast<SmemHeader*>(smem);
+  const ModelArgs& m = *step.model;
+  const int ns = static_cast<int>(m.num_slots);
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < ns; ++i) {
+      mbar_init(&hdr.full[i], 1u);
+      mbar_init(&hdr.empty[i], static_cast<uint32_t>(MonoConfig::kConsumerWarps));
+    }
+    hdr.tok_go = 0;
+    hdr.tok_stop = 0;
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  uint8_t* ring = smem + MonoConfig::kHeaderBytes + m.work_bytes;
+  if (threadIdx.x / 32 == MonoConfig::kLoaderWarp) {
+    if ((threadIdx.x & 31) == 0) run_loader(m, step, hdr, ring);
+    return;
+  }
+  const uint32_t epoch0 = ld_relaxed(counter(m.counters, kCtrEpoch));
+  run_consumers<D>(m, step, hdr, reinterpret_cast<bf16*>(smem + MonoConfig::kHeaderBytes),
+                   reinterpret_cast<float*>(smem + MonoConfig::kHeaderBytes), ring, epoch0);
+}
+
+}  // namespace kog

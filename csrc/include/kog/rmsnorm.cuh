@@ -1,0 +1,72 @@
+// RMSNorm of the residual stream into shared memory, computed redundantly by every block that needs it (the
+// vector is H <= 8192 bf16, <= 16 KiB from L2; cheaper than another dependency hop).
+//   s = float(a) + float(b)            (a may be null: s = float(b))
+//   y = bf16(bf16(s * rsqrt(mean(s^2) + eps)) * w)     -- torch_step.add_rms_norm / rms_norm
+#pragma once
+
+#include "kog/config.cuh"
+#include "kog/numerics.cuh"
+#include "kog/sync.cuh"
+
+namespace kog {
+
+// Sum over the consumer threads; `red` holds kConsumerWarps floats and must not be reused before a later
+// consumer barrier.
+__device__ __forceinline__ float consumer_sum(float v, float* red) {
+  v = warp_sum(v);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  consumer_sync();
+  float t = 0.f;
+#pragma unroll
+  for (int w = 0; w < MonoConfig::kConsumerWarps; ++w) t += red[w];
+  return t;
+}
+
+// x_s[0:H] = rmsnorm(a + b) * w as bf16. a, b: bf16 [H] in global memory (possibly written by other blocks in
+// this launch: read through L2). Ends with a consumer barrier.
+__device__ __forceinline__ void rmsnorm_to_smem(bf16* x_s, const bf16* a, const bf16* b, const bf16* w, int H,
+                                                float eps, float* red) {
+  constexpr int kIt = MonoConfig::kMaxNormIters;
+  const int tid = threadIdx.x;
+  float s[kIt][8];
+  float ss = 0.f;
+#pragma unroll
+  for (int it = 0; it < kIt; ++it) {
+    const int i = (it * MonoConfig::kConsumerThreads + tid) * 8;
+    if (i < H) {
+      unpack8(ld_cg_v4(b + i), s[it]);
+      if (a != nullptr) {
+        float t[8];
+        unpack8(ld_cg_v4(a + i), t);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) s[it][e] = t[e] + s[it][e];
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) ss = fmaf(s[it][e], s[it][e], ss);
+    }
+  }
+  ss = consumer_sum(ss, red);
+  const float r = rsqrtf(ss / static_cast<float>(H) + eps);
+#pragma unroll
+  for (int it = 0; it < kIt; ++it) {
+    const int i = (it * MonoConfig::kConsumerThreads + tid) * 8;
+    if (i < H) {
+      float wf[8], y[8];
+      unpack8(__ldg(reinterpret_cast<const uint4*>(w + i)), wf);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) y[e] = __fmul_rn(round_bf16(__fmul_rn(s[it][e], r)), wf[e]);
+      *reinterpret_cast<uint4*>(x_s + i) = pack8(y);
+    }
+  }
+  consumer_sync();
+}
+
+// x_s[0:n] = src[0:n] (bf16, n % 8 == 0, written by other blocks). Ends with a consumer barrier.
+__device__ __forceinline__ void copy_to_smem(bf16* x_s, const bf16* src, int n) {
+  for (int i = threadIdx.x * 8; i < n; i += MonoConfig::kConsumerThreads * 8) {
+    *reinterpret_cast<uint4*>(x_s + i) = ld_cg_v4(src + i);
+  }
+  consumer_sync();
+}
+
+}  // namespace kog

@@ -1,0 +1,45 @@
+// Per-head qk-norm (Qwen3) and neox-style RoPE, one warp per head, in torch_step's order and rounding:
+//   x = bf16 GEMV output; if norm: x = bf16(bf16(x * rsqrt(mean(x^2) + eps)) * w)
+//   (x1, x2) = halves of x; y = (x1 c - x2 s, x2 c + x1 s) in fp32 (no fused multiply-add, as torch's separate
+//   elementwise ops), rounded to bf16 once. c, s = bf16 cos/sin at the position.
+// Lane l holds elements d = l + 32 e (e < D / 32), so both members of a rotation pair sit in one lane.
+#pragma once
+
+#include "kog/numerics.cuh"
+#include "kog/sync.cuh"
+
+namespace kog {
+
+template <int D>
+__device__ __forceinline__ void qk_norm_rope_warp(const bf16* src, const bf16* norm_w, float eps,
+                                                  const bf16* cos_sin_row, float (&y)[D / 32]) {
+  constexpr int E = D / 32;
+  static_assert(E == 2 || E == 4, "head dim 64 or 128");
+  const int lane = threadIdx.x & 31;
+  float x[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) x[e] = bf2f(ld_cg_u16(src + lane + 32 * e));
+  if (norm_w != nullptr) {
+    float ss = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) ss = fmaf(x[e], x[e], ss);
+    ss = warp_sum(ss);
+    const float r = rsqrtf(ss / static_cast<float>(D) + eps);
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const float w = __bfloat162float(norm_w[lane + 32 * e]);
+      x[e] = round_bf16(__fmul_rn(round_bf16(__fmul_rn(x[e], r)), w));
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < E / 2; ++e) {
+    const int d = lane + 32 * e;
+    const float c = __bfloat162float(cos_sin_row[d]);
+    const float s = __bfloat162float(cos_sin_row[D / 2 + d]);
+    const float x1 = x[e], x2 = x[e + E / 2];
+    y[e] = round_bf16(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
+    y[e + E / 2] = round_bf16(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
+  }
+}
+
+}  // namespace kog

@@ -1,0 +1,195 @@
+// Synchronisation primitives of the monokernel: epoch-tagged counters between blocks (acquire/release at GPU
+// scope), the consumer-warp named barrier, and the mbarrier/bulk-copy pipeline that streams weights into shared
+// memory. docs/monokernel.md gives the ordering argument these implement.
+#pragma once
+
+#include <cstdint>
+
+#include "kog/config.cuh"
+
+namespace kog {
+
+// ---- counters ---------------------------------------------------------------------------------------------------
+// Layout of ModelArgs::counters, in units of MonoConfig::kCounterStride words:
+//   0 epoch (steps completed, written by the last block to finish a launch)   1 finish (blocks done this launch)
+//   2 lm (blocks done with the LM head)   3 token-ready (epoch + 1 once the sampled token is in tokens_out)
+//   4 abort (0, or the site of the first wait that timed out)   5..8 that wait's block, what, target, seen
+//   12 + l * (5 + nkv) + {0 qkv, 1 o, 2 gate/up, 3 down}: chunks of that stage completed (cumulative over steps)
+//                      + 4 attn_done: KV heads whose attention output is combined
+//                      + 5 + h: splits of KV head h finished
+// Counters only grow (mod 2^32); a wait for step e compares against (e + 1) * count with wrap-aware arithmetic, so
+// no pass resets them between launches.
+constexpr int kCtrEpoch = 0, kCtrFinish = 1, kCtrLM = 2, kCtrTokenReady = 3, kCtrAbort = 4, kCtrDiag = 5;
+constexpr int kCtrLayerBase = 12;
+constexpr int kCtrAttnDone = 4, kCtrAttnKV = 5;  // within a layer's block, after the four GEMV stages
+
+// Abort sites (the value of counter kCtrAbort).
+constexpr uint32_t kSiteCounter = 1, kSiteFull = 2, kSiteEmpty = 3, kSiteTokenGo = 4;
+// A wait that spins this long (cycles, ~1.1 s at 1.98 GHz) records itself and gives up, and every other wait then
+// gives up too: the launch finishes with garbage instead of hanging, and the host reads what hung.
+constexpr long long kWaitTimeoutCycles = 1ll << 31;
+
+__host__ __device__ constexpr int layer_counter_count(int num_kv_heads) { return 5 + num_kv_heads; }
+__host__ __device__ constexpr int num_counters(int num_layers, int num_kv_heads) {
+  return kCtrLayerBase + num_layers * layer_counter_count(num_kv_heads);
+}
+__host__ __device__ constexpr int layer_counter_index(int layer, int nkv, int which) {
+  return kCtrLayerBase + layer * layer_counter_count(nkv) + which;
+}
+
+__device__ __forceinline__ uint32_t* counter(uint32_t* base, int index) {
+  return base + index * MonoConfig::kCounterStride;
+}
+
+__device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint32_t ld_relaxed(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void red_release_add(uint32_t* p, uint32_t v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t atom_acq_rel_add(uint32_t* p, uint32_t v) {
+  uint32_t old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+// a >= b for counters that wrap mod 2^32 (they never drift more than 2^31 apart).
+__device__ __forceinline__ bool reached(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) >= 0; }
+
+__device__ __forceinline__ bool aborted(uint32_t* ctrs) { return ld_relaxed(counter(ctrs, kCtrAbort)) != 0u; }
+
+__device__ __noinline__ void record_abort(uint32_t* ctrs, uint32_t site, uint32_t what, uint32_t target,
+                                          uint32_t seen) {
+  if (atomicCAS(counter(ctrs, kCtrAbort), 0u, site) == 0u) {
+    *counter(ctrs, kCtrDiag) = blockIdx.x;
+    *counter(ctrs, kCtrDiag + 1) = what;
+    *counter(ctrs, kCtrDiag + 2) = target;
+    *counter(ctrs, kCtrDiag + 3) = seen;
+  }
+}
+
+// ---- consumer-warp barrier (the loader warp never joins) -------------------------------------------------------
+__device__ __forceinline__ void consumer_sync() {
+  asm volatile("bar.sync 1, %0;" ::"n"(MonoConfig::kConsumerThreads) : "memory");
+}
+
+// One consumer thread spins until counter `index` reaches target (acquire), then the barrier extends that acquire
+// to every consumer thread: their later loads are ordered after the producers' releases (causality order is
+// transitive through bar.sync).
+__device__ __forceinline__ void consumer_wait(uint32_t* ctrs, int index, uint32_t target) {
+  if (threadIdx.x == 0) {
+    const uint32_t* p = counter(ctrs, index);
+    uint32_t v = ld_acquire(p);
+    if (!reached(v, target)) {
+      const long long t0 = clock64();
+      for (uint32_t n = 1;; ++n) {
+        __nanosleep(32);
+        v = ld_acquire(p);
+        if (reached(v, target)) break;
+        if ((n & 1023u) == 0 && (aborted(ctrs) || clock64() - t0 > kWaitTimeoutCycles)) {
+          record_abort(ctrs, kSiteCounter, static_cast<uint32_t>(index), target, v);
+          break;
+        }
+      }
+    }
+  }
+  consumer_sync();
+}
+
+// Every consumer thread's prior global writes, then one release-add by thread 0: the barrier orders the other
+// threads' writes before thread 0's release (release is cumulative over causality order).
+__device__ __forceinline__ void consumer_signal(uint32_t* ctrs, int index, uint32_t amount) {
+  consumer_sync();
+  if (threadIdx.x == 0) red_release_add(counter(ctrs, index), amount);
+}
+
+// ---- loads of data other blocks wrote in this launch: L2 only, never a stale L1 line ---------------------------
+__device__ __forceinline__ uint4 ld_cg_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ float ld_cg_f32(const float* p) {
+  float v;
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint16_t ld_cg_u16(const void* p) {
+  uint16_t v;
+  asm volatile("ld.global.cg.u16 %0, [%1];" : "=h"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint64_t ld_cg_u64(const void* p) {
+  uint64_t v;
+  asm volatile("ld.global.cg.u64 %0, [%1];" : "=l"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ int32_t ld_cg_s32(const void* p) {
+  int32_t v;
+  asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+
+// ---- mbarrier + bulk copy (weights only: read-only for the whole launch, so the async proxy needs no fence
+// against generic-proxy writes) ----------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+      : "=r"(done)
+      : "r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+// Waits for the phase of `bar` with this parity to complete (gives up after kWaitTimeoutCycles, see above).
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity, uint32_t* ctrs, uint32_t site) {
+  if (mbar_try_wait(bar, parity)) return;
+  const long long t0 = clock64();
+  for (uint32_t n = 1;; ++n) {
+    if (mbar_try_wait(bar, parity)) return;
+    if ((n & 1023u) == 0 && (aborted(ctrs) || clock64() - t0 > kWaitTimeoutCycles)) {
+      record_abort(ctrs, site, smem_addr(bar), parity, 0u);
+      return;
+    }
+  }
+}
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+// Global -> shared bulk copy of `bytes` (multiple of 16, both addresses 16-byte aligned), completing on `bar`.
+__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                              uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::
+          "r"(smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
+      : "memory");
+}
+
+}  // namespace kog

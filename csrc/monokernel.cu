@@ -1,0 +1,163 @@
+// Launcher of the monokernel (device code: include/kog/monokernel.cuh). Checks the per-step inputs, launches
+// one cooperative grid (co-residency of all blocks is what lets them wait on each other) on the current stream.
+// The argument table (ModelArgs, LayerArgs[]) is built once by kog_backend/monokernel/ and passed as a device
+// buffer; nothing is built on the host per call.
+#include <cstddef>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include "kog/args.cuh"
+#include "kog/attention.cuh"
+#include "kog/config.cuh"
+#include "kog/monokernel.cuh"
+#include "kog/sync.cuh"
+#include "ops.h"
+
+namespace kog {
+
+namespace {
+
+template <int D>
+void launch(const StepArgs& step, int grid, int smem_bytes, cudaStream_t stream) {
+  static bool attr_set[64] = {};
+  int dev = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 64 && !attr_set[dev]) {
+    const cudaError_t err = cudaFuncSetAttribute(monokernel_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 MonoConfig::kMaxSmemBytes);
+    TORCH_CHECK(err == cudaSuccess, "kog monokernel: cannot raise the shared-memory limit to ",
+                MonoConfig::kMaxSmemBytes, " bytes: ", cudaGetErrorString(err));
+    attr_set[dev] = true;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(MonoConfig::kThreads);
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, monokernel_kernel<D>, step);
+  TORCH_CHECK(err == cudaSuccess, "kog monokernel launch failed (grid ", grid, ", ", MonoConfig::kThreads,
+              " threads, ", smem_bytes, " B shared memory): ", cudaGetErrorString(err));
+}
+
+void check_cuda(const at::Tensor& t, const char* name, const at::Device& dev) {
+  TORCH_CHECK(t.is_cuda() && t.device() == dev, "kog monokernel: ", name, " must be on ", dev, ", got ", t.device());
+  TORCH_CHECK(t.is_contiguous(), "kog monokernel: ", name, " must be contiguous");
+}
+
+}  // namespace
+
+void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, const at::Tensor& positions,
+                     const at::Tensor& block_table, const at::Tensor& slot_mapping, at::Tensor& tokens_out,
+                     const std::optional<at::Tensor>& logits_out, const std::optional<at::Tensor>& num_out,
+                     const std::optional<at::Tensor>& stop_ids, at::Tensor& scratch, int64_t num_tokens,
+                     int64_t head_dim, int64_t grid, int64_t smem_bytes) {
+  const at::Device dev = model_args.device();
+  check_cuda(model_args, "model_args", dev);
+  TORCH_CHECK(model_args.scalar_type() == at::kByte && model_args.numel() == sizeof(ModelArgs),
+              "kog monokernel: model_args must be uint8 [", sizeof(ModelArgs), "], got ", model_args.sizes());
+  check_cuda(input_ids, "input_ids", dev);
+  TORCH_CHECK((input_ids.scalar_type() == at::kInt || input_ids.scalar_type() == at::kLong) && input_ids.numel() >= 1,
+              "kog monokernel: input_ids must be int32/int64 with >= 1 element");
+  check_cuda(positions, "positions", dev);
+  TORCH_CHECK(positions.scalar_type() == at::kLong && positions.numel() >= 1, "kog monokernel: positions must be int64 [>=1]");
+  check_cuda(block_table, "block_table", dev);
+  TORCH_CHECK(block_table.scalar_type() == at::kInt && block_table.dim() == 1 && block_table.numel() >= 1,
+              "kog monokernel: block_table must be int32 [max_blocks]");
+  check_cuda(slot_mapping, "slot_mapping", dev);
+  TORCH_CHECK(slot_mapping.scalar_type() == at::kLong && slot_mapping.numel() >= 1,
+              "kog monokernel: slot_mapping must be int64 [>=1]");
+  check_cuda(tokens_out, "tokens_out", dev);
+  TORCH_CHECK(num_tokens >= 1, "kog monokernel: num_tokens must be >= 1");
+  TORCH_CHECK(tokens_out.scalar_type() == at::kLong && tokens_out.numel() >= num_tokens,
+              "kog monokernel: tokens_out must be int64 [>= num_tokens]");
+  check_cuda(scratch, "scratch", dev);
+  TORCH_CHECK(head_dim == 64 || head_dim == 128, "kog monokernel: head_dim ", head_dim, " (64 or 128 only)");
+  TORCH_CHECK(grid >= 1 && smem_bytes > 0 && smem_bytes <= MonoConfig::kMaxSmemBytes,
+              "kog monokernel: bad launch shape grid=", grid, " smem=", smem_bytes);
+
+  StepArgs step{};
+  step.model = reinterpret_cast<const ModelArgs*>(model_args.data_ptr());
+  step.input_ids = input_ids.data_ptr();
+  step.ids_int64 = input_ids.scalar_type() == at::kLong ? 1 : 0;
+  step.positions = positions.data_ptr<int64_t>();
+  step.block_table = block_table.data_ptr<int32_t>();
+  step.block_table_len = static_cast<int32_t>(block_table.numel());
+  step.slot_mapping = slot_mapping.data_ptr<int64_t>();
+  step.tokens_out = tokens_out.data_ptr<int64_t>();
+  step.num_tokens = static_cast<int32_t>(num_tokens);
+  if (logits_out.has_value()) {
+    const at::Tensor& lo = *logits_out;
+    check_cuda(lo, "logits_out", dev);
+    TORCH_CHECK(lo.scalar_type() == at::kBFloat16 && lo.dim() >= 1, "kog monokernel: logits_out must be bf16");
+    const int64_t rows = lo.dim() == 1 ? 1 : lo.size(0);
+    TORCH_CHECK(rows >= num_tokens, "kog monokernel: logits_out has ", rows, " rows for ", num_tokens, " tokens");
+    step.logits_out = reinterpret_cast<bf16*>(lo.data_ptr());
+    step.logits_stride = lo.size(-1);
+  }
+  if (num_out.has_value()) {
+    check_cuda(*num_out, "num_out", dev);
+    TORCH_CHECK(num_out->scalar_type() == at::kInt && num_out->numel() >= 1, "kog monokernel: num_out must be int32 [1]");
+    step.num_out = num_out->data_ptr<int32_t>();
+  }
+  if (stop_ids.has_value() && stop_ids->numel() > 0) {
+    check_cuda(*stop_ids, "stop_ids", dev);
+    TORCH_CHECK(stop_ids->scalar_type() == at::kLong, "kog monokernel: stop_ids must be int64");
+    step.stop_ids = stop_ids->data_ptr<int64_t>();
+    step.num_stop = static_cast<int32_t>(stop_ids->numel());
+  }
+
+  const c10::cuda::CUDAGuard guard(dev);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev.index()).stream();
+  if (head_dim == 64) {
+    launch<64>(step, static_cast<int>(grid), static_cast<int>(smem_bytes), stream);
+  } else {
+    launch<128>(step, static_cast<int>(grid), static_cast<int>(smem_bytes), stream);
+  }
+}
+
+// Byte offsets of every ModelArgs / LayerArgs field, in declaration order, after the two struct sizes; the Python
+// packer (kog_backend/monokernel/layout.py) is checked against this list.
+std::vector<int64_t> monokernel_layout() {
+  std::vector<int64_t> v;
+  v.push_back(sizeof(ModelArgs));
+  v.push_back(sizeof(LayerArgs));
+#define KOG_OFF(S, f) v.push_back(static_cast<int64_t>(offsetof(S, f)))
+  KOG_OFF(ModelArgs, num_layers); KOG_OFF(ModelArgs, hidden); KOG_OFF(ModelArgs, num_heads);
+  KOG_OFF(ModelArgs, num_kv_heads); KOG_OFF(ModelArgs, head_dim); KOG_OFF(ModelArgs, inter);
+  KOG_OFF(ModelArgs, block_size); KOG_OFF(ModelArgs, num_splits); KOG_OFF(ModelArgs, grid);
+  KOG_OFF(ModelArgs, num_slots); KOG_OFF(ModelArgs, qk_norm); KOG_OFF(ModelArgs, max_position);
+  KOG_OFF(ModelArgs, work_bytes); KOG_OFF(ModelArgs, stage_k); KOG_OFF(ModelArgs, stage_n);
+  KOG_OFF(ModelArgs, stage_nu); KOG_OFF(ModelArgs, stage_chunks); KOG_OFF(ModelArgs, kv_stride_block);
+  KOG_OFF(ModelArgs, kv_stride_pos); KOG_OFF(ModelArgs, kv_stride_head); KOG_OFF(ModelArgs, rms_eps);
+  KOG_OFF(ModelArgs, attn_scale_log2); KOG_OFF(ModelArgs, embed); KOG_OFF(ModelArgs, final_norm);
+  KOG_OFF(ModelArgs, lm_head); KOG_OFF(ModelArgs, cos_sin); KOG_OFF(ModelArgs, layers);
+  KOG_OFF(ModelArgs, counters); KOG_OFF(ModelArgs, argmax_slots); KOG_OFF(ModelArgs, logits_scratch);
+  KOG_OFF(LayerArgs, input_norm); KOG_OFF(LayerArgs, qkv); KOG_OFF(LayerArgs, q_norm); KOG_OFF(LayerArgs, k_norm);
+  KOG_OFF(LayerArgs, o_proj); KOG_OFF(LayerArgs, post_norm); KOG_OFF(LayerArgs, gate_up); KOG_OFF(LayerArgs, down);
+  KOG_OFF(LayerArgs, k_cache); KOG_OFF(LayerArgs, v_cache); KOG_OFF(LayerArgs, qkv_out); KOG_OFF(LayerArgs, q_out);
+  KOG_OFF(LayerArgs, attn_ml); KOG_OFF(LayerArgs, attn_acc); KOG_OFF(LayerArgs, attn_out); KOG_OFF(LayerArgs, o_out);
+  KOG_OFF(LayerArgs, rmid); KOG_OFF(LayerArgs, act); KOG_OFF(LayerArgs, down_out); KOG_OFF(LayerArgs, rin_next);
+#undef KOG_OFF
+  return v;
+}
+
+// MonoConfig's constants, in the order of kog_backend/monokernel/layout.py CONFIG_NAMES.
+std::vector<int64_t> monokernel_config() {
+  using C = MonoConfig;
+  return {C::kConsumerWarps, C::kThreads,        C::kSlotBytes,       C::kMaxSlots,    C::kMinSlots,
+          C::kMaxSmemBytes,  C::kHeaderBytes,    C::kBtCacheEntries,  C::kWarpStride,  C::kMaxHidden,
+          C::kHeadsPerPass,  C::kAttnUnroll,     C::kNumStages,       C::kCounterStride, C::kVersion,
+          attn_work_floats(64), attn_work_floats(128), kCtrLayerBase, layer_counter_count(0)};
+}
+
+}  // namespace kog

@@ -1,0 +1,312 @@
+"""Host side of the monokernel: the eligibility check, and `Monokernel`, which builds the argument table once from
+vLLM's own tensors (no weight is copied or repacked) and launches one step per call.
+
+Scratch per layer (bf16 unless noted; kept per layer so every stage is checkable on its own):
+  qkv_out [(nh + 2 nkv) D], q_out [nh D], attn_out [nh D], o_out [H], rmid [H], act [I], down_out [H],
+  rin_next [H]; attn_ml fp32 [nh, S, 2], attn_acc fp32 [nh, S, D].
+For Llama-3.2-1B that is 0.7 MB in all, plus 2.2 MB of attention partials.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from kog_backend import ops as kog_ops
+from kog_backend.model_spec import SUPPORTED_HEAD_DIMS, DecoderWeights
+from kog_backend.monokernel import layout
+from kog_backend.monokernel.plan import Plan, lm_rows, make_plan
+
+REQUIRED_CAPABILITY = (9, 0)
+_BF16_FIELDS = ("qkv_out", "q_out", "attn_out", "o_out", "rmid", "act", "down_out", "rin_next")
+
+
+def _tensor_reason(name: str, t: torch.Tensor | None, shape: tuple[int, ...], device: torch.device) -> str | None:
+    if t is None:
+        return f"{name} is missing"
+    if t.dtype != torch.bfloat16:
+        return f"{name} is {t.dtype}, not bf16"
+    if t.device != device:
+        return f"{name} is on {t.device}, not {device}"
+    if tuple(t.shape) != shape:
+        return f"{name} has shape {tuple(t.shape)}, expected {shape}"
+    if not t.is_contiguous():
+        return f"{name} is not contiguous"
+    if t.data_ptr() % 16:
+        return f"{name} is not 16-byte aligned"
+    return None
+
+
+def _kv_reason(i: int, kv: torch.Tensor, s, device: torch.device, ref: torch.Tensor | None) -> str | None:
+    if kv.dtype != torch.bfloat16:
+        return f"KV cache of layer {i} is {kv.dtype}; the kernel reads the model's dtype (bf16) only"
+    if kv.device != device:
+        return f"KV cache of layer {i} is on {kv.device}, not {device}"
+    if kv.dim() != 4 or kv.shape[1] != s.num_kv_heads or kv.shape[3] != 2 * s.head_dim:
+        return f"KV cache of layer {i} has shape {tuple(kv.shape)}, expected [blocks, {s.num_kv_heads}, block, {2 * s.head_dim}]"
+    if kv.stride(3) != 1 or any(kv.stride(d) % 8 for d in range(3)) or kv.data_ptr() % 16:
+        return f"KV cache of layer {i} (strides {kv.stride()}) is not 16-byte aligned per head row"
+    if ref is not None and (kv.stride() != ref.stride() or kv.shape != ref.shape):
+        return f"KV cache of layer {i} has strides {kv.stride()}, layer 0 has {ref.stride()} (one set of strides only)"
+    return None
+
+
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def unsupported_reason(
+    weights: DecoderWeights, kv_caches: list[torch.Tensor], device: torch.device | str, sm_count: int | None = None
+) -> str | None:
+    """None when the monokernel can run this model on `device`, else why not (the stock path serves it)."""
+    device = torch.device(device)
+    s = weights.shape
+    if device.type != "cuda":
+        return f"device {device} is not a CUDA GPU"
+    if sm_count is None:
+        if not torch.cuda.is_available():
+            return "no CUDA GPU"
+        cap = torch.cuda.get_device_capability(device)
+        if tuple(cap) != REQUIRED_CAPABILITY:
+            return f"compute capability {cap[0]}.{cap[1]}: the monokernel is built for sm_90a (H100/H200) only"
+        sm_count = _sm_count(device)
+    reason = kog_ops.load_reason()
+    if reason is not None:
+        return reason
+    if not kog_ops.has_op("monokernel_step"):
+        return "kog_backend._C has no monokernel_step op (stale build)"
+    if s.arch not in ("llama", "qwen3"):
+        return f"architecture {s.arch} (llama and qwen3 dense only)"
+    if s.tp_size != 1:
+        return f"tensor parallelism {s.tp_size}: the monokernel runs TP=1 only"
+    if s.head_dim not in SUPPORTED_HEAD_DIMS:
+        return f"head_dim {s.head_dim} (64 or 128 only)"
+    if s.qk_norm != (s.arch == "qwen3"):
+        return f"qk-norm {s.qk_norm} does not match architecture {s.arch}"
+    if len(weights.layers) != s.num_layers or len(kv_caches) != s.num_layers:
+        return f"{len(weights.layers)} layers / {len(kv_caches)} KV caches for a {s.num_layers}-layer model"
+    plan = make_plan(s, sm_count)
+    if isinstance(plan, str):
+        return plan
+    H, D, I = s.hidden_size, s.head_dim, s.intermediate_size
+    nq = (s.num_heads + 2 * s.num_kv_heads) * D
+    n_lm = lm_rows(s)
+    checks = [
+        ("embed", weights.embed, (weights.embed.shape[0], H)),
+        ("final_norm", weights.final_norm, (H,)),
+        ("lm_head", weights.lm_head, (weights.lm_head.shape[0], H)),
+        ("cos_sin", weights.cos_sin, (weights.cos_sin.shape[0], D)),
+    ]
+    if weights.lm_head.shape[0] < n_lm:
+        return f"lm_head has {weights.lm_head.shape[0]} rows for {n_lm} vocabulary entries"
+    for i, lw in enumerate(weights.layers):
+        checks += [
+            (f"layer {i} input_norm", lw.input_norm, (H,)),
+            (f"layer {i} qkv", lw.qkv, (nq, H)),
+            (f"layer {i} o_proj", lw.o_proj, (H, s.num_heads * D)),
+            (f"layer {i} post_norm", lw.post_norm, (H,)),
+            (f"layer {i} gate_up", lw.gate_up, (2 * I, H)),
+            (f"layer {i} down", lw.down, (H, I)),
+        ]
+        if s.qk_norm:
+            checks += [(f"layer {i} q_norm", lw.q_norm, (D,)), (f"layer {i} k_norm", lw.k_norm, (D,))]
+    for name, t, shp in checks:
+        r = _tensor_reason(name, t, shp, device)
+        if r is not None:
+            return r
+    for i, kv in enumerate(kv_caches):
+        r = _kv_reason(i, kv, s, device, kv_caches[0] if i else None)
+        if r is not None:
+            return r
+    return None
+
+
+class Monokernel:
+    """One persistent launch per decode step on vLLM's weights and paged KV cache (module docstring)."""
+
+    def __init__(
+        self,
+        weights: DecoderWeights,
+        kv_caches: list[torch.Tensor],
+        device: torch.device | str,
+        max_model_len: int,
+        max_tokens_per_launch: int = 1,
+    ):
+        device = torch.device(device)
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        reason = unsupported_reason(weights, kv_caches, device)
+        if reason is not None:
+            raise ValueError(f"monokernel unsupported: {reason}")
+        s = weights.shape
+        if max_model_len > weights.cos_sin.shape[0]:
+            raise ValueError(f"max_model_len {max_model_len} exceeds the RoPE cache's {weights.cos_sin.shape[0]} rows")
+        self.ops = kog_ops.ops()
+        self.shape = s
+        self.device = device
+        self.max_model_len = max_model_len
+        plan = make_plan(s, _sm_count(device))
+        assert isinstance(plan, Plan)
+        self.plan = plan
+        self.head_dim = s.head_dim
+        self._weights = weights  # keeps every pointer in the table alive
+        self._kv_caches = list(kv_caches)
+        L, H, D, I, nh, nkv, S = (
+            s.num_layers, s.hidden_size, s.head_dim, s.intermediate_size, s.num_heads, s.num_kv_heads,
+            plan.num_splits,
+        )  # fmt: skip
+        sizes = {
+            "qkv_out": (nh + 2 * nkv) * D, "q_out": nh * D, "attn_out": nh * D, "o_out": H, "rmid": H,
+            "act": I, "down_out": H, "rin_next": H,
+        }  # fmt: skip
+        per_layer = sum(_round8(n) for n in sizes.values())
+        self.scratch = torch.empty(L * per_layer, dtype=torch.bfloat16, device=device)
+        self.partials = torch.empty(L * (nh * S * 2 + nh * S * D), dtype=torch.float32, device=device)
+        self.counters = torch.zeros(layout.num_counters(L, nkv), dtype=torch.int32, device=device)
+        self.argmax_slots = torch.zeros(plan.grid, dtype=torch.int64, device=device)
+        self.logits_scratch = torch.empty(lm_rows(s), dtype=torch.bfloat16, device=device)
+        self.buffers: list[dict[str, torch.Tensor]] = []
+        layer_values = []
+        off, poff = 0, 0
+        for i, lw in enumerate(weights.layers):
+            views: dict[str, torch.Tensor] = {}
+            for name, n in sizes.items():
+                views[name] = self.scratch[off : off + n]
+                off += _round8(n)
+            views["attn_ml"] = self.partials[poff : poff + nh * S * 2].view(nh, S, 2)
+            poff += nh * S * 2
+            views["attn_acc"] = self.partials[poff : poff + nh * S * D].view(nh, S, D)
+            poff += nh * S * D
+            self.buffers.append(views)
+            kv = kv_caches[i]
+            v = {
+                "input_norm": lw.input_norm, "qkv": lw.qkv, "q_norm": lw.q_norm, "k_norm": lw.k_norm,
+                "o_proj": lw.o_proj, "post_norm": lw.post_norm, "gate_up": lw.gate_up, "down": lw.down,
+            }  # fmt: skip
+            vals = {k: (t.data_ptr() if t is not None else 0) for k, t in v.items()}
+            vals["k_cache"] = kv.data_ptr()
+            vals["v_cache"] = kv.data_ptr() + D * kv.element_size()
+            vals.update({k: t.data_ptr() for k, t in views.items()})
+            layer_values.append(vals)
+        self.layer_table = _to_device(layout.pack_layers(layer_values), device)
+        kv0 = kv_caches[0]
+        model = {
+            "num_layers": L, "hidden": H, "num_heads": nh, "num_kv_heads": nkv, "head_dim": D, "inter": I,
+            "block_size": kv0.shape[2], "num_splits": S, "grid": plan.grid, "num_slots": plan.num_slots,
+            "qk_norm": int(s.qk_norm), "max_position": weights.cos_sin.shape[0], "work_bytes": plan.work_bytes,
+            "stage_k": [p.k for p in plan.stages], "stage_n": [p.n for p in plan.stages],
+            "stage_nu": [p.nu for p in plan.stages], "stage_chunks": [p.chunks for p in plan.stages],
+            "kv_stride_block": kv0.stride(0), "kv_stride_pos": kv0.stride(2), "kv_stride_head": kv0.stride(1),
+            "rms_eps": s.rms_eps, "attn_scale_log2": D**-0.5 * math.log2(math.e),
+            "embed": weights.embed.data_ptr(), "final_norm": weights.final_norm.data_ptr(),
+            "lm_head": weights.lm_head.data_ptr(), "cos_sin": weights.cos_sin.data_ptr(),
+            "layers": self.layer_table.data_ptr(), "counters": self.counters.data_ptr(),
+            "argmax_slots": self.argmax_slots.data_ptr(), "logits_scratch": self.logits_scratch.data_ptr(),
+        }  # fmt: skip
+        self._model_values = model
+        self.model_table = _to_device(layout.pack_model(model), device)
+        self.block_size = kv0.shape[2]
+        self.max_tokens_per_launch = max_tokens_per_launch
+        self._tokens = torch.empty(max(1, max_tokens_per_launch), dtype=torch.int64, device=device)
+        self._num_out = torch.zeros(1, dtype=torch.int32, device=device)
+
+    @property
+    def logical_vocab(self) -> int:
+        return self.logits_scratch.numel()
+
+    def step(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        block_table: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        logits_out: torch.Tensor | None = None,
+        tokens_out: torch.Tensor | None = None,
+        model_table: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """One decode step: appends this position's K/V to every layer's cache, returns the greedy token as an
+        int64 [1] GPU tensor (a fresh tensor unless `tokens_out` is given); if `logits_out` (bf16 [vocab]) is given
+        it receives the logical-vocabulary logits. No host synchronisation."""
+        if logits_out is not None and logits_out.numel() < self.logical_vocab:
+            raise ValueError(f"logits_out has {logits_out.numel()} elements for a vocabulary of {self.logical_vocab}")
+        if tokens_out is None:
+            tokens_out = torch.empty(1, dtype=torch.int64, device=self.device)
+        self.ops.monokernel_step(
+            self.model_table if model_table is None else model_table, input_ids, positions, block_table,
+            slot_mapping, tokens_out, logits_out, None, None, self.scratch, 1, self.head_dim, self.plan.grid,
+            self.plan.smem_bytes,
+        )  # fmt: skip
+        return tokens_out
+
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        block_table: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        num_tokens: int,
+        stop_ids: torch.Tensor | None = None,
+        logits_out: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Up to num_tokens greedy tokens in one launch, each fed back as the next position's input (positions
+        p, p + 1, ...; slots from block_table beyond the first). Stops after a token in stop_ids (int64 GPU).
+        Returns (tokens int64 [num_tokens], count int32 [1]); entries past count are unspecified."""
+        if logits_out is not None and (logits_out.dim() != 2 or logits_out.shape[0] < num_tokens
+                                       or logits_out.shape[1] < self.logical_vocab):
+            raise ValueError(f"logits_out must be [>= {num_tokens}, >= {self.logical_vocab}]")
+        tokens = torch.empty(num_tokens, dtype=torch.int64, device=self.device)
+        count = torch.zeros(1, dtype=torch.int32, device=self.device)
+        self.ops.monokernel_step(
+            self.model_table, input_ids, positions, block_table, slot_mapping, tokens, logits_out, count, stop_ids,
+            self.scratch, num_tokens, self.head_dim, self.plan.grid, self.plan.smem_bytes,
+        )  # fmt: skip
+        return tokens, count
+
+    def variant_table(self, **overrides) -> torch.Tensor:
+        """A copy of the argument table with some ModelArgs fields replaced (benchmarks time variants with it:
+        fewer layers, a smaller LM head, a shallower ring). Use it only through step(model_table=...)."""
+        values = dict(self._model_values)
+        for k, v in overrides.items():
+            if k not in values:
+                raise KeyError(k)
+            values[k] = v
+        return _to_device(layout.pack_model(values), self.device)
+
+    def reset_counters(self) -> None:
+        """Zeroes the dependency counters (after a launch that did not run to completion or aborted)."""
+        self.counters.zero_()
+
+    def diagnostics(self) -> str | None:
+        """None if no wait of any launch so far timed out; else which one (synchronises with the device)."""
+        c = self.counters.view(-1, layout.CONFIG["kCounterStride"])[:, 0].tolist()
+        site = c[ABORT]
+        if site == 0:
+            return None
+        block, what, target, seen = (x & 0xFFFFFFFF for x in c[ABORT + 1 : ABORT + 5])
+        kinds = {1: "counter", 2: "weight slot full", 3: "weight slot empty (loader)", 4: "next-token go (loader)"}
+        desc = f"{kinds.get(site, site)} wait timed out in block {block}: what={what} target={target} seen={seen}"
+        if site == 1:
+            desc += f" ({describe_counter(what, self.shape.num_kv_heads)})"
+        return desc
+
+
+ABORT = 4  # kCtrAbort (sync.cuh); kCtrDiag = ABORT + 1 .. ABORT + 4
+
+
+def describe_counter(index: int, num_kv_heads: int) -> str:
+    names = {0: "epoch", 1: "finish", 2: "lm", 3: "token-ready"}
+    base = layout.CONFIG["kCtrLayerBase"]
+    if index < base:
+        return names.get(index, f"global {index}")
+    layer, which = divmod(index - base, layout.CONFIG["layer_counter_count_0"] + num_kv_heads)
+    kinds = ("qkv", "o", "gate_up", "down", "attn_done")
+    return f"layer {layer} " + (kinds[which] if which < len(kinds) else f"attn split counter of kv head {which - 5}")
+
+
+def _round8(n: int) -> int:
+    return (n + 7) // 8 * 8
+
+
+def _to_device(buf: bytes, device: torch.device) -> torch.Tensor:
+    return torch.frombuffer(bytearray(buf), dtype=torch.uint8).to(device)

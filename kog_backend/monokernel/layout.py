@@ -1,0 +1,136 @@
+"""Python mirror of the monokernel's argument table (csrc/include/kog/args.cuh) and tunables (config.cuh).
+
+Every struct field is 8 bytes (int64, double or a device pointer), so a struct packs as a flat little-endian list.
+tests/test_monokernel_cpu.py checks these lists against the headers and, when the extension is built, against
+the kog::monokernel_layout / kog::monokernel_config ops.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+
+NUM_STAGES = 5
+STAGE_QKV, STAGE_O, STAGE_GU, STAGE_DOWN, STAGE_LM = range(NUM_STAGES)
+STAGE_NAMES = ("qkv", "o", "gate_up", "down", "lm_head")
+
+# (name, kind, count): kind 'i' int64, 'd' double, 'p' device pointer.
+MODEL_FIELDS: tuple[tuple[str, str, int], ...] = (
+    ("num_layers", "i", 1),
+    ("hidden", "i", 1),
+    ("num_heads", "i", 1),
+    ("num_kv_heads", "i", 1),
+    ("head_dim", "i", 1),
+    ("inter", "i", 1),
+    ("block_size", "i", 1),
+    ("num_splits", "i", 1),
+    ("grid", "i", 1),
+    ("num_slots", "i", 1),
+    ("qk_norm", "i", 1),
+    ("max_position", "i", 1),
+    ("work_bytes", "i", 1),
+    ("stage_k", "i", NUM_STAGES),
+    ("stage_n", "i", NUM_STAGES),
+    ("stage_nu", "i", NUM_STAGES),
+    ("stage_chunks", "i", NUM_STAGES),
+    ("kv_stride_block", "i", 1),
+    ("kv_stride_pos", "i", 1),
+    ("kv_stride_head", "i", 1),
+    ("rms_eps", "d", 1),
+    ("attn_scale_log2", "d", 1),
+    ("embed", "p", 1),
+    ("final_norm", "p", 1),
+    ("lm_head", "p", 1),
+    ("cos_sin", "p", 1),
+    ("layers", "p", 1),
+    ("counters", "p", 1),
+    ("argmax_slots", "p", 1),
+    ("logits_scratch", "p", 1),
+)
+
+LAYER_FIELDS: tuple[str, ...] = (
+    "input_norm", "qkv", "q_norm", "k_norm", "o_proj", "post_norm", "gate_up", "down",
+    "k_cache", "v_cache",
+    "qkv_out", "q_out", "attn_ml", "attn_acc", "attn_out", "o_out", "rmid", "act", "down_out", "rin_next",
+)  # fmt: skip
+
+# kog::MonoConfig and derived constants, in the order kog::monokernel_config() returns them.
+CONFIG: dict[str, int] = {
+    "kConsumerWarps": 8,
+    "kThreads": 288,
+    "kSlotBytes": 32 * 1024,
+    "kMaxSlots": 12,
+    "kMinSlots": 2,
+    "kMaxSmemBytes": 227 * 1024,
+    "kHeaderBytes": 4096,
+    "kBtCacheEntries": 768,
+    "kWarpStride": 256,
+    "kMaxHidden": 8192,
+    "kHeadsPerPass": 4,
+    "kAttnUnroll": 4,
+    "kNumStages": NUM_STAGES,
+    "kCounterStride": 8,
+    "kVersion": 1,
+    "attn_work_floats_64": 36 * 64 + 64,
+    "attn_work_floats_128": 36 * 128 + 64,
+    "kCtrLayerBase": 12,
+    "layer_counter_count_0": 5,
+}
+CONFIG_NAMES = tuple(CONFIG)
+
+
+def attn_work_floats(head_dim: int) -> int:
+    """Shared-memory floats the attention task uses (kog::attn_work_floats)."""
+    c = CONFIG
+    return c["kHeadsPerPass"] * head_dim + 2 * c["kConsumerWarps"] * c["kHeadsPerPass"] + (
+        c["kConsumerWarps"] * c["kHeadsPerPass"] * head_dim
+    )
+
+
+def num_counters(num_layers: int, num_kv_heads: int) -> int:
+    """uint32 words of the counter buffer (kog::num_counters x kCounterStride)."""
+    per_layer = CONFIG["layer_counter_count_0"] + num_kv_heads
+    return (CONFIG["kCtrLayerBase"] + num_layers * per_layer) * CONFIG["kCounterStride"]
+
+
+def model_offsets() -> list[int]:
+    """Byte offset of each MODEL_FIELDS entry (one per field, arrays at their first element)."""
+    out, off = [], 0
+    for _, _, count in MODEL_FIELDS:
+        out.append(off)
+        off += 8 * count
+    return out
+
+
+def model_size() -> int:
+    return 8 * sum(count for _, _, count in MODEL_FIELDS)
+
+
+def layer_size() -> int:
+    return 8 * len(LAYER_FIELDS)
+
+
+def pack_model(values: Mapping[str, object]) -> bytes:
+    fmt, flat = "<", []
+    for name, kind, count in MODEL_FIELDS:
+        v = values[name]
+        items = list(v) if count > 1 else [v]  # type: ignore[arg-type]
+        if len(items) != count:
+            raise ValueError(f"{name}: {count} values expected, got {len(items)}")
+        fmt += ("d" if kind == "d" else "q") * count
+        flat += [float(x) if kind == "d" else int(x) for x in items]  # type: ignore[arg-type]
+    return struct.pack(fmt, *flat)
+
+
+def pack_layers(layers: Sequence[Mapping[str, int]]) -> bytes:
+    return b"".join(struct.pack("<" + "q" * len(LAYER_FIELDS), *(int(lw[n]) for n in LAYER_FIELDS)) for lw in layers)
+
+
+def unpack_model(buf: bytes) -> dict[str, object]:
+    out: dict[str, object] = {}
+    off = 0
+    for name, kind, count in MODEL_FIELDS:
+        vals = struct.unpack_from("<" + ("d" if kind == "d" else "q") * count, buf, off)
+        out[name] = list(vals) if count > 1 else vals[0]
+        off += 8 * count
+    return out

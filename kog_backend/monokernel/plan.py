@@ -1,0 +1,103 @@
+"""How one decode step is cut into chunks and attention splits for a given model shape and GPU.
+
+Per stage: K (input length), N (output units: rows, or gate/up row pairs), nu (units per chunk, a power of two
+<= kConsumerWarps chosen as large as fits one kSlotBytes slot) and the number of chunks. The kernel needs each
+warp's share of a row (K * nu / kConsumerWarps elements) to be a multiple of kWarpStride (256); shapes that
+don't meet that are refused with the stage named.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from kog_backend.monokernel.layout import CONFIG, STAGE_NAMES, attn_work_floats
+
+
+@dataclasses.dataclass(frozen=True)
+class StagePlan:
+    k: int
+    n: int
+    nu: int
+    chunks: int
+    pair: bool
+
+    @property
+    def bytes(self) -> int:
+        return self.n * self.k * 2 * (2 if self.pair else 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    grid: int
+    num_splits: int
+    num_slots: int
+    work_bytes: int
+    smem_bytes: int
+    stages: tuple[StagePlan, ...]
+
+
+def units_per_chunk(k: int, rows_per_unit: int) -> int | None:
+    """Largest power-of-two nu <= kConsumerWarps whose chunk fits one slot and splits into 256-element segments."""
+    warps, slot, stride = CONFIG["kConsumerWarps"], CONFIG["kSlotBytes"], CONFIG["kWarpStride"]
+    nu = warps
+    while nu >= 1:
+        wpu = warps // nu
+        if nu * rows_per_unit * k * 2 <= slot and k % (wpu * stride) == 0:
+            return nu
+        nu //= 2
+    return None
+
+
+def lm_rows(shape) -> int:
+    """Rows of this rank's LM head that hold logical vocabulary entries (padded rows are never read)."""
+    return max(0, min(shape.padded_vocab_local, shape.vocab_size - shape.vocab_start))
+
+
+def make_plan(shape, sm_count: int) -> Plan | str:
+    """The plan for `shape` (model_spec.DecoderShape) on a GPU with `sm_count` SMs, or why there is none."""
+    c = CONFIG
+    H, D, I = shape.hidden_size, shape.head_dim, shape.intermediate_size
+    nh, nkv = shape.num_heads, shape.num_kv_heads
+    if H % 8 or H > c["kMaxHidden"]:
+        return f"hidden size {H} (the norm covers multiples of 8 up to {c['kMaxHidden']})"
+    if nkv < 1 or nh % nkv:
+        return f"{nh} query heads are not a multiple of {nkv} KV heads"
+    if nkv > sm_count:
+        return f"{nkv} KV heads exceed the {sm_count} SMs (one attention split per SM at least)"
+    n_lm = lm_rows(shape)
+    if n_lm < 1:
+        return "this rank holds no logical vocabulary rows"
+    specs = (
+        (H, (nh + 2 * nkv) * D, False),  # qkv
+        (nh * D, H, False),  # o_proj
+        (H, I, True),  # gate/up pairs
+        (I, H, False),  # down
+        (H, n_lm, False),  # lm head
+    )
+    stages = []
+    for name, (k, n, pair) in zip(STAGE_NAMES, specs):
+        nu = units_per_chunk(k, 2 if pair else 1)
+        if nu is None:
+            return (
+                f"{name} input length {k} is not covered by the GEMV tiles (need a multiple of "
+                f"{c['kWarpStride'] * c['kConsumerWarps']} or a power-of-two share of it, rows <= "
+                f"{c['kSlotBytes'] // (2 if pair else 1)} bytes)"
+            )
+        stages.append(StagePlan(k=k, n=n, nu=nu, chunks=math.ceil(n / nu), pair=pair))
+    max_k = max(H, nh * D, I)
+    work = max(max_k * 2, attn_work_floats(D) * 4)
+    work = (work + 127) // 128 * 128
+    room = c["kMaxSmemBytes"] - c["kHeaderBytes"] - work
+    slots = min(c["kMaxSlots"], room // c["kSlotBytes"])
+    if slots < c["kMinSlots"]:
+        return f"shared memory: {work} B of input vector leave room for {slots} weight slots (< {c['kMinSlots']})"
+    splits = max(1, sm_count // nkv)
+    return Plan(
+        grid=sm_count,
+        num_splits=splits,
+        num_slots=slots,
+        work_bytes=work,
+        smem_bytes=c["kHeaderBytes"] + work + slots * c["kSlotBytes"],
+        stages=tuple(stages),
+    )

@@ -1,0 +1,108 @@
+"""Random-weight decoders and paged KV caches built directly on a device, in vLLM's layout (no vLLM needed).
+
+Used by the GPU kernel tests and benchmarks/bench_monokernel.py. Scales keep activations O(1): projections
+N(0, 1/in), embedding N(0, 1), norms 1 + N(0, 0.1^2).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from kog_backend.model_spec import DecoderShape, DecoderWeights, LayerWeights, kv_cache_view
+
+SHAPES = {
+    # name: (arch, layers, hidden, heads, kv heads, head dim, intermediate, vocab, tied)
+    "llama-3.2-1b": ("llama", 16, 2048, 32, 8, 64, 8192, 128256, True),
+    "qwen3-1.7b": ("qwen3", 28, 2048, 16, 8, 128, 6144, 151936, True),
+    "llama-3.1-8b": ("llama", 32, 4096, 32, 8, 128, 14336, 128256, False),
+}
+
+
+def make_shape(arch, layers, hidden, heads, kv_heads, head_dim, inter, vocab, tied, max_position=40960):
+    return DecoderShape(
+        arch=arch, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads,
+        head_dim=head_dim, intermediate_size=inter, vocab_size=vocab, padded_vocab_local=(vocab + 63) // 64 * 64,
+        vocab_start=0, rms_eps=1e-6 if arch == "qwen3" else 1e-5, qk_norm=arch == "qwen3", tied_embeddings=tied,
+        max_position=max_position,
+    )  # fmt: skip
+
+
+def rope_cache(max_position: int, head_dim: int, theta: float, device) -> torch.Tensor:
+    """[max_position, D] bf16: cos | sin halves (neox), as vLLM's RotaryEmbedding.cos_sin_cache."""
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
+    f = torch.arange(max_position, dtype=torch.float32, device=device)[:, None] * inv[None]
+    return torch.cat((f.cos(), f.sin()), dim=-1).to(torch.bfloat16)
+
+
+def random_decoder(shape: DecoderShape, device, seed: int = 0) -> DecoderWeights:
+    g = torch.Generator(device=device).manual_seed(seed)
+    bf = torch.bfloat16
+    H, D, I = shape.hidden_size, shape.head_dim, shape.intermediate_size
+
+    def proj(out_f, in_f):
+        return (torch.randn(out_f, in_f, generator=g, device=device) * (1.0 / math.sqrt(in_f))).to(bf)
+
+    def norm(n):
+        return (1.0 + 0.1 * torch.randn(n, generator=g, device=device)).to(bf)
+
+    layers = []
+    for _ in range(shape.num_layers):
+        layers.append(
+            LayerWeights(
+                input_norm=norm(H),
+                qkv=proj((shape.num_heads + 2 * shape.num_kv_heads) * D, H),
+                q_norm=norm(D) if shape.qk_norm else None,
+                k_norm=norm(D) if shape.qk_norm else None,
+                o_proj=proj(H, shape.num_heads * D),
+                post_norm=norm(H),
+                gate_up=proj(2 * I, H),
+                down=proj(H, I),
+            )
+        )
+    embed = torch.randn(shape.padded_vocab_local, H, generator=g, device=device).to(bf)
+    lm_head = embed if shape.tied_embeddings else proj(shape.padded_vocab_local, H)
+    theta = 1e6 if shape.arch == "qwen3" else 5e5
+    return DecoderWeights(
+        shape=shape, embed=embed, layers=layers, final_norm=norm(H), lm_head=lm_head,
+        cos_sin=rope_cache(shape.max_position, D, theta, device),
+    )  # fmt: skip
+
+
+def paged_kv_caches(shape: DecoderShape, num_blocks: int, block_size: int, device, layout: str = "NHD"):
+    """Per layer, vLLM's logical [blocks, kv_heads, block, 2D] cache over NHD (default) or HND memory, NaN-filled."""
+    out = []
+    for _ in range(shape.num_layers):
+        if layout == "NHD":
+            mem = torch.full((num_blocks, block_size, shape.num_kv_heads, 2 * shape.head_dim), math.nan,
+                             dtype=torch.bfloat16, device=device)  # fmt: skip
+            out.append(mem.permute(0, 2, 1, 3))
+        else:
+            out.append(torch.full((num_blocks, shape.num_kv_heads, block_size, 2 * shape.head_dim), math.nan,
+                                  dtype=torch.bfloat16, device=device))  # fmt: skip
+    return out
+
+
+def fill_context(kv_caches, block_table: torch.Tensor, num_positions: int, head_dim: int, seed: int = 0) -> None:
+    """Random K/V (N(0, 1)) at the slots of positions [0, num_positions) through block_table."""
+    if num_positions == 0:
+        return
+    g = torch.Generator(device=block_table.device).manual_seed(seed)
+    pos = torch.arange(num_positions, device=block_table.device)
+    for kv in kv_caches:
+        view = kv_cache_view(kv, head_dim)
+        bs = view.block_size
+        blocks, offs = block_table[pos // bs].long(), pos % bs
+        shp = (num_positions, view.k.shape[2], head_dim)
+        view.k[blocks, offs] = torch.randn(shp, generator=g, device=kv.device).to(kv.dtype)
+        view.v[blocks, offs] = torch.randn(shp, generator=g, device=kv.device).to(kv.dtype)
+
+
+def shuffled_block_table(num_blocks: int, needed: int, width: int, device, seed: int = 0) -> torch.Tensor:
+    """int32 [width]: `needed` distinct random blocks from 1..num_blocks-1, then padding zeros (block 0 is never
+    used for data, so a read through padding sees NaN)."""
+    g = torch.Generator().manual_seed(seed)
+    t = torch.zeros(width, dtype=torch.int32)
+    t[:needed] = (torch.randperm(num_blocks - 1, generator=g)[:needed] + 1).to(torch.int32)
+    return t.to(device)

@@ -1,0 +1,328 @@
+"""CPU-checkable parts of the monokernel: the argument-table layout and tunables against the C++ headers (and the
+built extension's ops, when it loads), the chunk plan, and the torch reference of the kernel's schedule against
+torch_step and Hugging Face transformers on tiny random Llama and Qwen3 models.
+
+Tolerances: split-K attention vs torch_step's softmax differs only in the order of fp32 sums (rel 1e-5 in fp32);
+whole-model logits vs HF: rel 2e-4 in float32, rel 3e-2 in bf16 (bf16 rounding of every stage's output).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+
+import pytest
+import torch
+
+from kog_backend import model_spec, ops, torch_step
+from kog_backend.monokernel import layout, plan, reference
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HEADERS = os.path.join(ROOT, "csrc", "include", "kog")
+
+
+# ---- layout and tunables ------------------------------------------------------------------------------------------
+
+
+def _struct_fields(src: str, name: str) -> list[tuple[str, int]]:
+    body = re.search(r"struct\s+" + name + r"\s*\{(.*?)\n\};", src, re.S).group(1)
+    body = re.sub(r"//[^\n]*", "", body)
+    out = []
+    for decl in body.split(";"):
+        decl = decl.strip()
+        if not decl:
+            continue
+        m = re.search(r"(\w+)\s*(?:\[([^\]]+)\])?$", decl)
+        count = 1
+        if m.group(2):
+            count = layout.NUM_STAGES if "kNumStages" in m.group(2) else int(m.group(2))
+        out.append((m.group(1), count))
+    return out
+
+
+def _config_constants() -> dict[str, int]:
+    src = open(os.path.join(HEADERS, "config.cuh")).read()
+    body = re.search(r"struct MonoConfig \{(.*?)\n\};", src, re.S).group(1)
+    env: dict[str, int] = {}
+    for name, expr in re.findall(r"static constexpr int (\w+) = ([^;]+);", body):
+        env[name] = int(eval(expr, {"__builtins__": {}}, dict(env)))  # constant arithmetic of earlier names
+    return env
+
+
+def test_arg_structs_match_header():
+    src = open(os.path.join(HEADERS, "args.cuh")).read()
+    assert _struct_fields(src, "ModelArgs") == [(n, c) for n, _, c in layout.MODEL_FIELDS]
+    assert [n for n, _ in _struct_fields(src, "LayerArgs")] == list(layout.LAYER_FIELDS)
+    assert all(c == 1 for _, c in _struct_fields(src, "LayerArgs"))
+
+
+def test_config_matches_header():
+    hdr = _config_constants()
+    for name, value in layout.CONFIG.items():
+        if name in hdr:
+            assert hdr[name] == value, name
+    sync = open(os.path.join(HEADERS, "sync.cuh")).read()
+    assert int(re.search(r"kCtrLayerBase = (\d+)", sync).group(1)) == layout.CONFIG["kCtrLayerBase"]
+    assert int(re.search(r"layer_counter_count\(int num_kv_heads\) \{ return (\d+) \+", sync).group(1)) == (
+        layout.CONFIG["layer_counter_count_0"]
+    )
+    assert set(hdr) <= set(layout.CONFIG) | {"kConsumerThreads", "kLoaderWarp", "kMaxNormIters"} | {
+        f"kStage{n}" for n in ("QKV", "O", "GU", "Down", "LM")
+    }
+    assert layout.attn_work_floats(64) == layout.CONFIG["attn_work_floats_64"]
+    assert layout.attn_work_floats(128) == layout.CONFIG["attn_work_floats_128"]
+
+
+@pytest.mark.skipif(ops.load_reason() is not None, reason=f"extension not loadable: {ops.load_reason()}")
+def test_layout_and_config_match_extension():
+    got = list(torch.ops.kog.monokernel_layout())
+    want = [layout.model_size(), layout.layer_size()] + layout.model_offsets() + [8 * i for i in range(len(layout.LAYER_FIELDS))]
+    assert got == want
+    assert list(torch.ops.kog.monokernel_config()) == list(layout.CONFIG.values())
+
+
+def test_pack_roundtrip():
+    vals = {}
+    for i, (name, kind, count) in enumerate(layout.MODEL_FIELDS):
+        v = [0.5 + i + j for j in range(count)] if kind == "d" else [1000 * i + j for j in range(count)]
+        vals[name] = v if count > 1 else v[0]
+    buf = layout.pack_model(vals)
+    assert len(buf) == layout.model_size()
+    assert layout.unpack_model(buf) == vals
+    layers = [{n: 17 * i + j for j, n in enumerate(layout.LAYER_FIELDS)} for i in range(3)]
+    assert len(layout.pack_layers(layers)) == 3 * layout.layer_size()
+
+
+# ---- plan ---------------------------------------------------------------------------------------------------------
+
+
+def _shape(arch="llama", L=2, H=2048, nh=32, nkv=8, D=64, I=8192, V=128256, tied=True):
+    return model_spec.DecoderShape(
+        arch=arch, num_layers=L, hidden_size=H, num_heads=nh, num_kv_heads=nkv, head_dim=D, intermediate_size=I,
+        vocab_size=V, padded_vocab_local=(V + 63) // 64 * 64, vocab_start=0, rms_eps=1e-5, qk_norm=arch == "qwen3",
+        tied_embeddings=tied, max_position=4096,
+    )  # fmt: skip
+
+
+REAL_SHAPES = {
+    "llama-3.2-1b": _shape(L=16),
+    "qwen3-1.7b": _shape("qwen3", L=28, nh=16, nkv=8, D=128, I=6144, V=151936),
+    "llama-3.1-8b": _shape(L=32, H=4096, nh=32, nkv=8, D=128, I=14336, tied=False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REAL_SHAPES))
+def test_plan_real_shapes(name):
+    s = REAL_SHAPES[name]
+    p = plan.make_plan(s, 132)
+    assert isinstance(p, plan.Plan), p
+    c = layout.CONFIG
+    assert p.smem_bytes <= c["kMaxSmemBytes"] and p.num_slots >= 4
+    assert p.num_splits * s.num_kv_heads <= 132
+    for st in p.stages:
+        rows = 2 if st.pair else 1
+        assert st.nu * rows * st.k * 2 <= c["kSlotBytes"]
+        assert (st.k * st.nu) % (c["kConsumerWarps"] * c["kWarpStride"]) == 0
+        assert st.chunks * st.nu >= st.n > (st.chunks - 1) * st.nu
+    assert p.stages[layout.STAGE_LM].n == s.vocab_size  # padded rows are never streamed
+    # Every weight byte is streamed exactly once: the plan's bytes equal the model's per-token weight bytes.
+    per_layer = sum(st.bytes for st in p.stages[:4])
+    norms = (2 * s.hidden_size + (2 * s.head_dim if s.qk_norm else 0)) * 2
+    assert per_layer * s.num_layers + p.stages[layout.STAGE_LM].bytes > 0.99 * (
+        (per_layer + norms) * s.num_layers + s.vocab_size * s.hidden_size * 2
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [(dict(H=100), "hidden size"), (dict(H=16384), "hidden size"), (dict(I=8200), "down input length 8200"),
+     (dict(nh=12, nkv=8), "not a multiple"), (dict(nkv=200, nh=200), "exceed")],
+)  # fmt: skip
+def test_plan_refuses_uncovered_shapes(kwargs, needle):
+    r = plan.make_plan(_shape(**kwargs), 132)
+    assert isinstance(r, str) and needle in r, r
+
+
+def test_unsupported_reason_on_cpu():
+    from kog_backend.monokernel import unsupported_reason
+
+    w = _tiny_weights("llama", 64, 4, True, torch.bfloat16)[1]
+    assert "not a CUDA GPU" in unsupported_reason(w, [], "cpu")
+
+
+# ---- reference of the schedule vs torch_step and HF ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ctx,splits", [(1, 16), (15, 16), (16, 16), (17, 16), (100, 7), (33, 1)])
+@pytest.mark.parametrize("gqa", [1, 4])
+def test_split_attention_matches_softmax(ctx, splits, gqa):
+    g = torch.Generator().manual_seed(ctx * 31 + splits + gqa)
+    nh, d = 8, 64
+    q = torch.randn(nh, d, generator=g)
+    k = torch.randn(ctx, nh // gqa, d, generator=g)
+    v = torch.randn(ctx, nh // gqa, d, generator=g)
+    out, m, l, acc = reference.split_attention(q, k, v, splits)
+    ref = torch_step.decode_attention(q, k, v)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    bounds = reference.split_bounds(ctx, splits)
+    assert sum(max(0, e - s) for s, e in bounds) == ctx
+    for j, (s, e) in enumerate(bounds):
+        assert torch.isinf(m[:, j]).all() == (s >= e)
+
+
+transformers = pytest.importorskip("transformers")
+
+BLOCK_SIZE = 4
+
+
+def _hf_model(arch: str, head_dim: int, gqa: int, tied: bool):
+    common = dict(
+        vocab_size=503, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4 // gqa, head_dim=head_dim, max_position_embeddings=256, rms_norm_eps=1e-5,
+        tie_word_embeddings=tied,
+    )  # fmt: skip
+    if arch == "llama":
+        rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}  # fmt: skip
+        cfg, cls = transformers.LlamaConfig(rope_parameters=rope, **common), transformers.LlamaForCausalLM
+    else:
+        cfg = transformers.Qwen3Config(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, **common)
+        cls = transformers.Qwen3ForCausalLM
+    torch.manual_seed(torch.seed() % 2**31)
+    hf = cls(cfg).eval()
+    with torch.no_grad():  # norms away from 1 so a dropped or misplaced weight shows
+        for name, p in hf.named_parameters():
+            if "norm" in name:
+                p.add_(torch.randn_like(p) * 0.2)
+    return hf
+
+
+def _weights_from_hf(hf, arch: str, dtype: torch.dtype) -> model_spec.DecoderWeights:
+    """vLLM's layout (q|k|v and gate|up rows fused) with the RoPE cache from vLLM's own get_rope."""
+    from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
+    from vllm.model_executor.layers.rotary_embedding import get_rope
+
+    cfg, m = hf.config, hf.model
+    layers = []
+    for layer in m.layers:
+        a, mlp = layer.self_attn, layer.mlp
+        layers.append(
+            model_spec.LayerWeights(
+                input_norm=layer.input_layernorm.weight.data.to(dtype),
+                qkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).data.to(dtype),
+                q_norm=a.q_norm.weight.data.to(dtype) if hasattr(a, "q_norm") else None,
+                k_norm=a.k_norm.weight.data.to(dtype) if hasattr(a, "k_norm") else None,
+                o_proj=a.o_proj.weight.data.to(dtype),
+                post_norm=layer.post_attention_layernorm.weight.data.to(dtype),
+                gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).data.to(dtype),
+                down=mlp.down_proj.weight.data.to(dtype),
+            )
+        )
+    with set_current_vllm_config(VllmConfig(device_config=DeviceConfig(device="cpu"))):
+        rope = get_rope(cfg.head_dim, cfg.max_position_embeddings, True, dict(cfg.rope_parameters), torch.float32)
+    shape = model_spec.DecoderShape(
+        arch=arch, num_layers=cfg.num_hidden_layers, hidden_size=cfg.hidden_size, num_heads=cfg.num_attention_heads,
+        num_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim, intermediate_size=cfg.intermediate_size,
+        vocab_size=cfg.vocab_size, padded_vocab_local=cfg.vocab_size, vocab_start=0, rms_eps=cfg.rms_norm_eps,
+        qk_norm=arch == "qwen3", tied_embeddings=cfg.tie_word_embeddings, max_position=cfg.max_position_embeddings,
+    )  # fmt: skip
+    return model_spec.DecoderWeights(
+        shape=shape, embed=m.embed_tokens.weight.data.to(dtype), layers=layers,
+        final_norm=m.norm.weight.data.to(dtype), lm_head=hf.lm_head.weight.data.to(dtype),
+        cos_sin=rope.cos_sin_cache.to(dtype),
+    )  # fmt: skip
+
+
+def _tiny_weights(arch, head_dim, gqa, tied, dtype):
+    hf = _hf_model(arch, head_dim, gqa, tied)
+    return hf, _weights_from_hf(hf, arch, dtype)
+
+
+def _paged_caches(shape, num_blocks, dtype):
+    """vLLM's flash layout: logical [blocks, kv_heads, block, 2D] over NHD memory; NaN-poisoned."""
+    return [
+        torch.full((num_blocks, BLOCK_SIZE, shape.num_kv_heads, 2 * shape.head_dim), math.nan, dtype=dtype).permute(0, 2, 1, 3)
+        for _ in range(shape.num_layers)
+    ]
+
+
+@pytest.mark.parametrize(
+    "arch,head_dim,gqa,tied",
+    [("llama", 64, 4, True), ("llama", 128, 1, False), ("qwen3", 128, 2, True), ("qwen3", 64, 4, False)],
+)
+@pytest.mark.parametrize("dtype,rtol", [(torch.float32, 2e-4), (torch.bfloat16, 3e-2)])
+def test_reference_step_matches_hf_and_torch_step(arch, head_dim, gqa, tied, dtype, rtol):
+    hf, weights = _tiny_weights(arch, head_dim, gqa, tied, dtype)
+    seq_len, num_blocks, splits = 19, 16, 3  # crosses blocks, ends mid-block; some splits empty early on
+    tokens = torch.randint(0, hf.config.vocab_size, (seq_len,))
+    with torch.no_grad():
+        ref = hf(tokens[None]).logits[0].float()
+    caches = _paged_caches(weights.shape, num_blocks, dtype)
+    caches_ts = [c.clone() for c in caches]
+    used = (seq_len + BLOCK_SIZE - 1) // BLOCK_SIZE
+    block_table = torch.zeros(num_blocks, dtype=torch.int32)
+    block_table[:used] = torch.randperm(num_blocks - 1)[:used] + 1
+    got, got_ts = [], []
+    with torch.no_grad():
+        for pos in range(seq_len):
+            slot = int(block_table[pos // BLOCK_SIZE]) * BLOCK_SIZE + pos % BLOCK_SIZE
+            r = reference.reference_step(weights, caches, int(tokens[pos]), pos, slot, block_table, splits)
+            got.append(r["logits"].float())
+            assert r["token"] == int(torch.argmax(r["logits"].float()))
+            h = torch_step.decode_hidden(weights, caches_ts, torch_step.embed(weights, int(tokens[pos])), pos, slot,
+                                         block_table, pos + 1)  # fmt: skip
+            got_ts.append(torch_step.logits(weights, h).float())
+    got, got_ts = torch.stack(got), torch.stack(got_ts)
+    assert torch.isfinite(got).all()
+    rel = ((got - ref).norm() / ref.norm()).item()
+    assert rel < rtol, f"reference vs HF: relative error {rel:.2e} >= {rtol:.0e}"
+    rel_ts = ((got - got_ts).norm() / got_ts.norm()).item()
+    assert rel_ts < (1e-5 if dtype == torch.float32 else 2e-2), f"reference vs torch_step: {rel_ts:.2e}"
+    for a, b in zip(caches, caches_ts):  # same K/V written at the same slots
+        torch.testing.assert_close(a, b, equal_nan=True, rtol=1e-2, atol=1e-2)
+    if dtype == torch.float32:
+        assert torch.equal(got.argmax(-1), ref.argmax(-1))
+
+
+def test_expected_from_kernel_is_exact_on_reference_buffers():
+    """Teacher forcing fed with the reference's own buffers reproduces them (checks the stage wiring)."""
+    _, weights = _tiny_weights("qwen3", 64, 2, False, torch.bfloat16)
+    caches = _paged_caches(weights.shape, 8, torch.bfloat16)
+    block_table = torch.tensor([3, 5, 1, 7, 0, 0, 0, 0], dtype=torch.int32)
+    for pos in range(9):
+        slot = int(block_table[pos // BLOCK_SIZE]) * BLOCK_SIZE + pos % BLOCK_SIZE
+        tok = (pos * 37) % 503
+        r = reference.reference_step(weights, caches, tok, pos, slot, block_table, 4)
+    e = reference.expected_from_kernel(weights, caches, r["layers"], r["logits"], tok, pos, block_table, 4)
+    for got, exp in zip(r["layers"], e["layers"]):
+        for name in ("qkv_out", "q_out", "attn_out", "o_out", "rmid", "act", "down_out", "rin_next"):
+            assert torch.equal(got[name], exp[name]), name
+        torch.testing.assert_close(exp["attn_out_from_partials"], got["attn_out"], rtol=0, atol=0)
+    assert torch.equal(e["logits"], r["logits"]) and e["token"] == r["token"]
+
+
+def _owned_chunks(b: int, base: int, n: int, grid: int) -> list[int]:
+    """Python mirror of first_chunk/chunks_owned in monokernel.cuh."""
+    c0 = b - base + (grid if b < base else 0)
+    return list(range(c0, n, grid))
+
+
+@pytest.mark.parametrize("name", sorted(REAL_SHAPES))
+def test_schedule_covers_every_chunk_once_and_balances(name):
+    s, grid = REAL_SHAPES[name], 132
+    p = plan.make_plan(s, grid)
+    per_block = [0] * grid
+    base = 0
+    for _ in range(2):  # two tokens of a K=2 launch: base keeps rotating
+        for stage_ids in [range(4)] * s.num_layers + [[layout.STAGE_LM]]:
+            for st in stage_ids:
+                n = p.stages[st].chunks
+                seen = []
+                for b in range(grid):
+                    mine = _owned_chunks(b, base, n, grid)
+                    per_block[b] += len(mine)
+                    seen += mine
+                assert sorted(seen) == list(range(n))
+                base = (base + n) % grid
+    assert max(per_block) - min(per_block) <= 1
