@@ -1,61 +1,66 @@
 """Bad input gets one clear reason and the stock path: a non-Hopper GPU, another vLLM version, an unsupported
-architecture or head size. The engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so that the GPU and
-version probes can be replaced; the checkpoints are tiny."""
+architecture or head size. Each engine runs in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0) inside a spawned child,
+so that the GPU and version probes can be replaced there and the GPU memory is returned when the child exits;
+the checkpoints are tiny."""
 
 from __future__ import annotations
 
+import multiprocessing as mp
+
 import pytest
 
-from vllm_helpers import engine_kwargs, kog_kwargs, kog_stats, random_prompts, token_ids
+from vllm_helpers import engine_kwargs, kog_kwargs, random_prompts
 
 pytestmark = pytest.mark.vllm_gpu
 
-SMALL = dict(gpu_memory_utilization=0.08, max_model_len=512)
+SMALL = dict(gpu_memory_utilization=0.08, max_model_len=512, skip_tokenizer_init=True)
+FAKE_GPU = "GPU NVIDIA A100 has compute capability 8.0; kog needs 9.0 (Hopper: H100/H200)"
 
 
-def _generate(path, kwargs, n=16):
+def _child(queue, path, kwargs, probe):
+    import os
+
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from kog_backend import support
+
+    if probe == "gpu":
+        support.gpu_reason = lambda *a, **k: FAKE_GPU
+    elif probe == "vllm_version":
+        real = support.vllm_version_reason
+        support.vllm_version_reason = lambda version=None: real("0.27.0")
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=path, skip_tokenizer_init=True, **kwargs)
+    llm = LLM(model=path, **kwargs)
     prompt = random_prompts(1, [12], 4000, seed=3)
-    out = token_ids(llm.generate(prompt, SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)))[0]
-    return llm, out
+    out = llm.generate(prompt, SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True))[0].outputs[0]
+    worker = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker
+    stats = worker.kog_stats() if hasattr(worker, "kog_stats") else None
+    queue.put((list(out.token_ids), stats))
 
 
-@pytest.fixture
-def in_process(monkeypatch):
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+def _generate(path, kwargs, probe=None):
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(queue, path, kwargs, probe))
+    proc.start()
+    try:
+        return queue.get(timeout=300)
+    finally:
+        proc.join(60)
+        if proc.is_alive():
+            proc.kill()
 
 
 @pytest.fixture(scope="module")
 def tiny_stock_tokens(checkpoint):
-    import os
-
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    try:
-        llm, out = _generate(checkpoint("tiny-llama"), engine_kwargs(**SMALL))
-        del llm
-    finally:
-        del os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"]
-    return out
+    return _generate(checkpoint("tiny-llama"), engine_kwargs(**SMALL))[0]
 
 
 @pytest.mark.parametrize(
-    "probe,fake,expect",
-    [
-        ("gpu_reason", lambda: "GPU NVIDIA A100 has compute capability 8.0; kog needs 9.0 (Hopper: H100/H200)", "8.0"),
-        ("vllm_version_reason", None, "vLLM 0.27.0 is not supported"),
-    ],
+    "probe,expect", [("gpu", "compute capability 8.0"), ("vllm_version", "vLLM 0.27.0 is not supported")]
 )
-def test_environment_refusals_serve_stock(checkpoint, in_process, monkeypatch, tiny_stock_tokens, probe, fake, expect):
-    from kog_backend import support
-
-    if fake is None:
-        real = support.vllm_version_reason
-        fake = lambda version=None: real("0.27.0")  # noqa: E731
-    monkeypatch.setattr(support, probe, fake)
-    llm, out = _generate(checkpoint("tiny-llama"), kog_kwargs(**SMALL))
-    stats = kog_stats(llm)
+def test_environment_refusals_serve_stock(checkpoint, tiny_stock_tokens, probe, expect):
+    out, stats = _generate(checkpoint("tiny-llama"), kog_kwargs(**SMALL), probe)
     assert stats["kog_steps"] == 0
     assert expect in (stats["disabled_reason"] or ""), stats
     assert out == tiny_stock_tokens
@@ -81,12 +86,10 @@ def _write_hf(tmp_path, cls_name, **cfg):
         ("LlamaForCausalLM", {"head_dim": 32}, "head_dim 32"),
     ],
 )
-def test_unsupported_models_serve_stock(tmp_path, in_process, cls_name, cfg, expect):
+def test_unsupported_models_serve_stock(tmp_path, cls_name, cfg, expect):
     path = _write_hf(tmp_path, cls_name, **cfg)
-    stock_llm, want = _generate(path, engine_kwargs(**SMALL))
-    del stock_llm
-    llm, got = _generate(path, kog_kwargs(**SMALL))
-    stats = kog_stats(llm)
+    want, _ = _generate(path, engine_kwargs(**SMALL))
+    got, stats = _generate(path, kog_kwargs(**SMALL))
     assert stats["kog_steps"] == 0
     assert expect in (stats["disabled_reason"] or ""), stats
     assert got == want
