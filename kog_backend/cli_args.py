@@ -31,7 +31,7 @@ import argparse
 import json
 from typing import Any
 
-from kog_backend.config import CONFIG_KEY, WORKER_CLS, KogConfig, KogConfigError
+from kog_backend.config import CONFIG_KEY, SCHEDULER_CLS, WORKER_CLS, KogConfig, KogConfigError
 
 BACKENDS = ("stock", "kog")
 # vLLM's default for --worker-cls: the platform picks its worker.
@@ -131,6 +131,7 @@ def apply_backend_selection(namespace: argparse.Namespace) -> None:
             )
         namespace.worker_cls = WORKER_CLS
         _merge_kog(namespace, options, enabled=True)
+        _select_scheduler(namespace)
     elif backend not in (None, "stock"):  # unreachable through argparse (choices); guards direct callers
         raise KogSelectionError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
     elif options is not None and not kog_worker:
@@ -146,6 +147,22 @@ def apply_backend_selection(namespace: argparse.Namespace) -> None:
         # rather than in the worker.
         _merge_kog(namespace, options, enabled=None)
     # else: vLLM's own worker and no kog flag: the namespace stays exactly as parsed.
+
+
+def _select_scheduler(namespace: argparse.Namespace) -> None:
+    """tokens_per_step > 1 needs KogScheduler and synchronous scheduling (kog_backend/scheduler.py says why)."""
+    kog = (getattr(namespace, "additional_config", None) or {}).get(CONFIG_KEY) or {}
+    if KogConfig.from_dict(kog).tokens_per_step == 1:
+        return
+    scheduler = getattr(namespace, "scheduler_cls", None)
+    if scheduler not in (None, SCHEDULER_CLS):
+        raise KogSelectionError(
+            f"tokens_per_step > 1 needs the scheduler {SCHEDULER_CLS}, but --scheduler-cls {scheduler} was given"
+        )
+    if getattr(namespace, "async_scheduling", None):
+        raise KogSelectionError("tokens_per_step > 1 needs synchronous scheduling; drop --async-scheduling")
+    namespace.scheduler_cls = SCHEDULER_CLS
+    namespace.async_scheduling = False
 
 
 def _merge_kog(namespace: argparse.Namespace, options: dict[str, Any] | None, enabled: bool | None) -> None:

@@ -12,6 +12,8 @@ from typing import Any
 
 CONFIG_KEY = "kog"
 WORKER_CLS = "kog_backend.worker.KogWorker"
+# Needed (with async scheduling off) for tokens_per_step > 1; `--backend kog` sets both.
+SCHEDULER_CLS = "kog_backend.scheduler.KogScheduler"
 
 
 class KogConfigError(ValueError):

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from kog_backend.cli_args import KogSelectionError, add_backend_arguments, apply_backend_selection
-from kog_backend.config import WORKER_CLS
+from kog_backend.config import SCHEDULER_CLS, WORKER_CLS
 from vllm_cli_helpers import import_kog_platform, parse_error, serve_parser, use_platform, vllm_cli_parser
 
 KOG_ONLY = {"backend", "kog_options"}
@@ -120,6 +120,23 @@ def test_backend_kog_with_dotted_additional_config(kog):
     ns = kog.parse_args(["m", "--additional-config.kog.tokens_per_step", "4", "--backend", "kog",
                          "--additional-config.z", "1"])
     assert ns.additional_config == {"kog": {"tokens_per_step": 4, "enabled": True}, "z": 1}
+
+
+def test_backend_kog_multi_token_selects_the_scheduler(kog):
+    ns = kog.parse_args(["m", "--backend", "kog", "--kog-options", '{"tokens_per_step": 8}'])
+    args = engine_args(ns)
+    assert args.scheduler_cls == SCHEDULER_CLS and args.async_scheduling is False
+    one = engine_args(kog.parse_args(["m", "--backend", "kog"]))
+    assert one.scheduler_cls != SCHEDULER_CLS
+
+
+def test_backend_kog_multi_token_refuses_another_scheduler_or_async(kog, capsys):
+    err = parse_error(kog, ["m", "--backend", "kog", "--kog-options", '{"tokens_per_step": 8}',
+                            "--scheduler-cls", "my.Sched"], capsys)
+    assert "my.Sched" in err and SCHEDULER_CLS in err
+    err = parse_error(kog, ["m", "--backend", "kog", "--kog-options", '{"tokens_per_step": 8}',
+                            "--async-scheduling"], capsys)
+    assert "synchronous scheduling" in err
 
 
 def test_backend_kog_forces_enabled(kog):
