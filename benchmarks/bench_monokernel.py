@@ -8,7 +8,7 @@ timed one by one with CUDA events (the weights are >= 2.5 GB, 40x the L2, so not
   GB/s = bytes/step / time; share = GB/s / copy GB/s (copy counts bytes read + written)
 
 Variants (Llama-3.2-1B, ctx 32) say where the time goes: the LM head cut to one chunk, half the layers, a
-shallower weight ring. Prints a table last; writes JSON to $OUT/bench_monokernel.json when $OUT is set.
+shallower weight ring, no / deeper L2 prefetch beyond the ring. Prints a table last; writes JSON to $OUT/bench_monokernel.json when $OUT is set.
 
   python benchmarks/bench_monokernel.py [--shapes llama-3.2-1b,...] [--ctx 32,1024,4096] [--reps 50]
 """
@@ -105,7 +105,9 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
             "half layers": (dict(num_layers=s.num_layers // 2), wbytes - layer_bytes * (s.num_layers - s.num_layers // 2)),
             "1 layer, no LM head": (dict(num_layers=1, stage_n=[*[q.n for q in p.stages[:4]], nu], stage_chunks=[*[q.chunks for q in p.stages[:4]], 1]), layer_bytes),
             "ring 2 slots": (dict(num_slots=2), wbytes),
-            "ring 4 slots": (dict(num_slots=4), wbytes),
+            "L2 prefetch 0": (dict(prefetch_chunks=0), wbytes),
+            "L2 prefetch 12": (dict(prefetch_chunks=12), wbytes),
+            "L2 prefetch 24": (dict(prefetch_chunks=24), wbytes),
         }  # fmt: skip
         for vname, (ov, byt) in cases.items():
             table = mk.variant_table(**ov)

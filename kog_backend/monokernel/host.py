@@ -195,6 +195,7 @@ class Monokernel:
             "num_layers": L, "hidden": H, "num_heads": nh, "num_kv_heads": nkv, "head_dim": D, "inter": I,
             "block_size": kv0.shape[2], "num_splits": S, "grid": plan.grid, "num_slots": plan.num_slots,
             "qk_norm": int(s.qk_norm), "max_position": weights.cos_sin.shape[0], "work_bytes": plan.work_bytes,
+            "prefetch_chunks": layout.CONFIG["kPrefetchChunks"],
             "stage_k": [p.k for p in plan.stages], "stage_n": [p.n for p in plan.stages],
             "stage_nu": [p.nu for p in plan.stages], "stage_chunks": [p.chunks for p in plan.stages],
             "kv_stride_block": kv0.stride(0), "kv_stride_pos": kv0.stride(2), "kv_stride_head": kv0.stride(1),

@@ -85,6 +85,10 @@ def make_plan(shape, sm_count: int) -> Plan | str:
                 f"{c['kSlotBytes'] // (2 if pair else 1)} bytes)"
             )
         stages.append(StagePlan(k=k, n=n, nu=nu, chunks=math.ceil(n / nu), pair=pair))
+    for st in (1, 3):  # O and down preload the residual of every row they own
+        rows = math.ceil(stages[st].chunks / sm_count) * stages[st].nu
+        if rows > c["kMaxResidRows"]:
+            return f"{STAGE_NAMES[st]}: {rows} rows per block exceed the {c['kMaxResidRows']}-row residual buffer"
     max_k = max(H, nh * D, I)
     work = max(max_k * 2, attn_work_floats(D) * 4)
     work = (work + 127) // 128 * 128

@@ -52,6 +52,7 @@ struct ModelArgs {
   int64_t qk_norm;      // 1 for Qwen3
   int64_t max_position; // rows of cos_sin
   int64_t work_bytes;   // shared-memory work region (input vector / attention scratch) before the ring
+  int64_t prefetch_chunks;  // chunks the loader keeps in flight into L2 beyond the ring (0: none)
   // Per stage (MonoConfig::kStage*): input length K, output units N (rows; gate/up pairs for GU), units per
   // chunk (power of two <= kConsumerWarps), number of chunks.
   int64_t stage_k[MonoConfig::kNumStages];

@@ -239,15 +239,23 @@ __device__ void attention_task(const ModelArgs& m, const LayerArgs& L, const Att
     const int head = kvh * g + i;
     const float* ml = L.attn_ml + static_cast<size_t>(head) * S * 2;
     const float* ac = L.attn_acc + static_cast<size_t>(head) * S * D + d;
-    float M = -INFINITY;
-    for (int j = 0; j < S; ++j) M = fmaxf(M, ld_cg_f32(ml + 2 * j));
-    float num = 0.f, den = 0.f;
+    // One pass, rescaling when the running maximum grows (all of a split's loads are independent of the
+    // running state, so they can be in flight together).
+    float M = -INFINITY, num = 0.f, den = 0.f;
     for (int j = 0; j < S; ++j) {
       const float mj = ld_cg_f32(ml + 2 * j);
+      const float lj = ld_cg_f32(ml + 2 * j + 1);
+      const float aj = ld_cg_f32(ac + static_cast<size_t>(j) * D);
       if (mj == -INFINITY) continue;
+      if (mj > M) {
+        const float c = exp2_or_zero(M, mj);
+        num *= c;
+        den *= c;
+        M = mj;
+      }
       const float c = exp2f(mj - M);
-      den = fmaf(c, ld_cg_f32(ml + 2 * j + 1), den);
-      num = fmaf(c, ld_cg_f32(ac + static_cast<size_t>(j) * D), num);
+      den = fmaf(c, lj, den);
+      num = fmaf(c, aj, num);
     }
     reinterpret_cast<uint16_t*>(L.attn_out)[head * D + d] = f2bf_bits(num / den);
   }

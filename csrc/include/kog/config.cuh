@@ -24,7 +24,12 @@ struct MonoConfig {
   // Fixed shared-memory header (SmemHeader in monokernel.cuh): mbarriers, reduction scratch, broadcast words and
   // the block-table entries of this block's attention split (kBtCacheEntries x block_size positions).
   static constexpr int kHeaderBytes = 4096;
-  static constexpr int kBtCacheEntries = 768;
+  static constexpr int kBtCacheEntries = 512;
+  // Residual values a block preloads for its O / down epilogues (rows it owns in one stage).
+  static constexpr int kMaxResidRows = 256;
+  // Default number of chunks the loader keeps in flight into L2 beyond the ring (ModelArgs::prefetch_chunks):
+  // 6 x 32 KiB x 132 SMs = 25 MiB of the 60 MiB L2.
+  static constexpr int kPrefetchChunks = 6;
 
   // GEMV: a warp's share of one row is a multiple of this many bf16 (32 lanes x 8 elements = one 16 B load each).
   static constexpr int kWarpStride = 32 * 8;

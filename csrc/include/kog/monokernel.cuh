@@ -31,6 +31,7 @@ struct SmemHeader {
   int bcast[4];
   volatile int tok_go;    // consumers -> loader: token index whose weights may stream
   volatile int tok_stop;  // consumers -> loader: stop after the token before tok_go
+  float resid[MonoConfig::kMaxResidRows];  // residual values of this block's O / down rows
   int bt[MonoConfig::kBtCacheEntries];
 };
 static_assert(sizeof(SmemHeader) <= MonoConfig::kHeaderBytes, "shared-memory header overflows kHeaderBytes");
@@ -52,47 +53,100 @@ __device__ __forceinline__ const bf16* stage_weight(const ModelArgs& m, const La
 }
 
 // ---- loader: one lane -------------------------------------------------------------------------------------------
+// This block's chunks in schedule order: token t, layer l, stage st (QKV, O, GU, down per layer, then LM), chunk c.
+struct ChunkCursor {
+  int t, l, st, c, base;
+  bool done;
+
+  __device__ __forceinline__ void start(const ModelArgs& m, int num_tokens) {
+    t = 0;
+    l = 0;
+    st = MonoConfig::kStageQKV;
+    base = 0;
+    done = num_tokens <= 0;
+    c = first_chunk(blockIdx.x, base, gridDim.x);
+    settle(m, num_tokens);
+  }
+  // Moves past stages in which this block owns no (more) chunks.
+  __device__ __forceinline__ void settle(const ModelArgs& m, int num_tokens) {
+    const int G = gridDim.x;
+    while (!done && c >= static_cast<int>(m.stage_chunks[st])) {
+      base = (base + static_cast<int>(m.stage_chunks[st])) % G;
+      if (st == MonoConfig::kStageLM) {
+        ++t;
+        l = 0;
+        st = MonoConfig::kStageQKV;
+        done = t >= num_tokens;
+      } else if (st == MonoConfig::kStageDown) {
+        ++l;
+        st = l == static_cast<int>(m.num_layers) ? MonoConfig::kStageLM : MonoConfig::kStageQKV;
+      } else {
+        ++st;
+      }
+      c = first_chunk(blockIdx.x, base, G);
+    }
+  }
+  __device__ __forceinline__ void advance(const ModelArgs& m, int num_tokens) {
+    c += gridDim.x;
+    settle(m, num_tokens);
+  }
+  __device__ __forceinline__ Chunk chunk(const ModelArgs& m) const {
+    const bf16* w = st == MonoConfig::kStageLM ? m.lm_head : stage_weight(m, m.layers[l], st);
+    return chunk_of(m, w, st, c);
+  }
+};
+
+// Streams the block's chunks into the ring; also keeps `prefetch_chunks` further chunks on their way into L2
+// (cp.async.bulk.prefetch.L2), so HBM keeps streaming while the consumers wait on a dependency and the ring is full.
 __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader& hdr, uint8_t* ring) {
   const uint64_t policy = l2_evict_first_policy();
-  const int G = gridDim.x, b = blockIdx.x;
-  const int ns = static_cast<int>(m.num_slots), L = static_cast<int>(m.num_layers);
-  int slot = 0, base = 0;
+  const int ns = static_cast<int>(m.num_slots);
+  const int ahead = static_cast<int>(m.prefetch_chunks);
+  const int ntok = step.num_tokens;
+  int slot = 0, cur_t = 0;
   uint32_t phase = 0;
-  auto stream_stage = [&](const bf16* w, int st) {
-    const int n = static_cast<int>(m.stage_chunks[st]);
-    const int K = static_cast<int>(m.stage_k[st]), nu = static_cast<int>(m.stage_nu[st]);
-    for (int c = first_chunk(b, base, G); c < n; c += G) {
-      const Chunk ch = chunk_of(m, w, st, c);
-      mbar_wait(&hdr.empty[slot], phase ^ 1u, m.counters, kSiteEmpty);
-      mbar_arrive_expect_tx(&hdr.full[slot], ch.bytes0 + ch.bytes1);
-      uint8_t* dst = ring + static_cast<size_t>(slot) * MonoConfig::kSlotBytes;
-      bulk_copy_g2s(dst, ch.src0, ch.bytes0, &hdr.full[slot], policy);
-      if (ch.bytes1 != 0) bulk_copy_g2s(dst + pair_offset_bytes(K, nu), ch.src1, ch.bytes1, &hdr.full[slot], policy);
-      if (++slot == ns) {
-        slot = 0;
-        phase ^= 1u;
-      }
-    }
-    base = (base + n) % G;
-  };
-  for (int t = 0; t < step.num_tokens; ++t) {
-    if (t > 0) {
+  ChunkCursor fill, pref;
+  fill.start(m, ntok);
+  pref.start(m, ntok);
+  for (int i = 0; i < ahead && !pref.done; ++i) {
+    const Chunk ch = pref.chunk(m);
+    bulk_prefetch_l2(ch.src0, ch.bytes0);
+    if (ch.bytes1 != 0) bulk_prefetch_l2(ch.src1, ch.bytes1);
+    pref.advance(m, ntok);
+  }
+  while (!fill.done) {
+    if (fill.t > cur_t) {
       // The next token's weights are the same bytes; wait until the consumers know whether it exists.
       const long long t0 = clock64();
-      while (hdr.tok_go < t) {
+      // (tok_stop also ends the wait: a block that owns no chunk of token t + 1 waits here for t + 2.)
+      while (hdr.tok_go < fill.t && hdr.tok_stop == 0) {
         __nanosleep(64);
         if (clock64() - t0 > kWaitTimeoutCycles || aborted(m.counters)) {
-          record_abort(m.counters, kSiteTokenGo, static_cast<uint32_t>(t), 0u, 0u);
+          record_abort(m.counters, kSiteTokenGo, static_cast<uint32_t>(fill.t), 0u, 0u);
           return;
         }
       }
       if (hdr.tok_stop) return;
+      cur_t = fill.t;
     }
-    for (int l = 0; l < L; ++l) {
-      const LayerArgs& La = m.layers[l];
-      for (int st = MonoConfig::kStageQKV; st <= MonoConfig::kStageDown; ++st) stream_stage(stage_weight(m, La, st), st);
+    const Chunk ch = fill.chunk(m);
+    const int K = static_cast<int>(m.stage_k[fill.st]), nu = static_cast<int>(m.stage_nu[fill.st]);
+    mbar_wait(&hdr.empty[slot], phase ^ 1u, m.counters, kSiteEmpty);
+    mbar_arrive_expect_tx(&hdr.full[slot], ch.bytes0 + ch.bytes1);
+    uint8_t* dst = ring + static_cast<size_t>(slot) * MonoConfig::kSlotBytes;
+    bulk_copy_g2s(dst, ch.src0, ch.bytes0, &hdr.full[slot], policy);
+    if (ch.bytes1 != 0) bulk_copy_g2s(dst + pair_offset_bytes(K, nu), ch.src1, ch.bytes1, &hdr.full[slot], policy);
+    if (++slot == ns) {
+      slot = 0;
+      phase ^= 1u;
     }
-    stream_stage(m.lm_head, MonoConfig::kStageLM);
+    fill.advance(m, ntok);
+    if (!pref.done) {
+      const Chunk pc = pref.chunk(m);
+      bulk_prefetch_l2(pc.src0, pc.bytes0);
+      if (pc.bytes1 != 0) bulk_prefetch_l2(pc.src1, pc.bytes1);
+      pref.advance(m, ntok);
+    }
   }
 }
 
@@ -105,7 +159,8 @@ struct Ring {
   int parity;  // alternates per chunk: gemv's reduction buffer
 };
 
-// Consume this block's chunks of one stage: c = c0, c0 + G, ... ; epi(row, v0, v1) per output unit.
+// Consume this block's chunks of one stage: c = c0, c0 + G, ... ; epi(row, k, v0, v1) per output unit, k = the
+// unit's index among this block's units of the stage (j-th chunk of the block: k = j * nu + unit).
 template <bool kPair, class Epi>
 __device__ __forceinline__ void consume_stage(const ModelArgs& m, SmemHeader& hdr, Ring& ring, const bf16* x_s,
                                               int st, int c0, Epi&& epi) {
@@ -113,12 +168,12 @@ __device__ __forceinline__ void consume_stage(const ModelArgs& m, SmemHeader& hd
   const int n = static_cast<int>(m.stage_chunks[st]);
   const int K = static_cast<int>(m.stage_k[st]), N = static_cast<int>(m.stage_n[st]);
   const int nu = static_cast<int>(m.stage_nu[st]);
-  for (int c = c0; c < n; c += G) {
-    const int r0 = c * nu;
+  for (int c = c0, j = 0; c < n; c += G, ++j) {
+    const int r0 = c * nu, k0 = j * nu;
     mbar_wait(&hdr.full[ring.slot], ring.phase, m.counters, kSiteFull);
     const bf16* w_s = reinterpret_cast<const bf16*>(ring.base + static_cast<size_t>(ring.slot) * MonoConfig::kSlotBytes);
     gemv_chunk<kPair>(w_s, x_s, K, nu, min(nu, N - r0), hdr.red_gemv, ring.parity,
-                      [&](int unit, float v0, float v1) { epi(r0 + unit, v0, v1); });
+                      [&](int unit, float v0, float v1) { epi(r0 + unit, k0 + unit, v0, v1); });
     __syncwarp();
     if ((threadIdx.x & 31) == 0) mbar_arrive(&hdr.empty[ring.slot]);
     ring.parity ^= 1;
@@ -133,6 +188,16 @@ __device__ __forceinline__ int chunks_owned(int c0, int n, int G) { return c0 < 
 
 __device__ __forceinline__ void st_bf16(bf16* p, int i, float v) { reinterpret_cast<uint16_t*>(p)[i] = f2bf_bits(v); }
 __device__ __forceinline__ float ld_bf16_cg(const bf16* p, int i) { return bf2f(ld_cg_u16(p + i)); }
+
+// resid[k] = src[row of the block's k-th unit] for the block's `mine` chunks of a stage (c0, c0 + G, ...), all in
+// one round trip; the barrier that ends the following copy_to_smem publishes it. Rows past N read 0.
+__device__ __forceinline__ void gather_rows(float* resid, const bf16* src, int c0, int mine, int nu, int N) {
+  const int G = gridDim.x;
+  for (int k = threadIdx.x; k < mine * nu; k += MonoConfig::kConsumerThreads) {
+    const int row = (c0 + (k / nu) * G) * nu + k % nu;
+    resid[k] = row < N ? ld_bf16_cg(src, row) : 0.f;
+  }
+}
 
 template <int D>
 __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHeader& hdr, bf16* x_s, float* work,
@@ -213,7 +278,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
             rmsnorm_to_smem(x_s, prev->down_out, prev->rmid, La.input_norm, H, eps, hdr.red_norm);
           }
           consume_stage<false>(m, hdr, ring, x_s, C::kStageQKV, c0,
-                               [&](int r, float v, float) { st_bf16(La.qkv_out, r, v); });
+                               [&](int r, int, float v, float) { st_bf16(La.qkv_out, r, v); });
           consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageQKV), static_cast<uint32_t>(mine));
         }
         base = (base + static_cast<int>(n_qkv)) % G;
@@ -231,11 +296,12 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
         const int mine = chunks_owned(c0, static_cast<int>(n_o), G);
         if (mine > 0) {
           consumer_wait(ctrs, layer_counter_index(l, nkv, kCtrAttnDone), next * static_cast<uint32_t>(nkv));
+          gather_rows(hdr.resid, rin, c0, mine, static_cast<int>(m.stage_nu[C::kStageO]), H);
           copy_to_smem(x_s, La.attn_out, nh * D);
-          consume_stage<false>(m, hdr, ring, x_s, C::kStageO, c0, [&](int r, float v, float) {
+          consume_stage<false>(m, hdr, ring, x_s, C::kStageO, c0, [&](int r, int k, float v, float) {
             const float o = round_bf16(v);
             st_bf16(La.o_out, r, o);
-            st_bf16(La.rmid, r, o + ld_bf16_cg(rin, r));
+            st_bf16(La.rmid, r, o + hdr.resid[k]);
           });
           consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageO), static_cast<uint32_t>(mine));
         }
@@ -248,7 +314,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
         if (mine > 0) {
           consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageO), next * n_o);
           rmsnorm_to_smem(x_s, La.o_out, rin, La.post_norm, H, eps, hdr.red_norm);
-          consume_stage<true>(m, hdr, ring, x_s, C::kStageGU, c0, [&](int r, float vg, float vu) {
+          consume_stage<true>(m, hdr, ring, x_s, C::kStageGU, c0, [&](int r, int, float vg, float vu) {
             const float gt = round_bf16(vg), up = round_bf16(vu);
             st_bf16(La.act, r, __fmul_rn(__fdiv_rn(gt, 1.f + expf(-gt)), up));
           });
@@ -262,11 +328,12 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
         const int mine = chunks_owned(c0, static_cast<int>(n_down), G);
         if (mine > 0) {
           consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageGU), next * n_gu);
+          gather_rows(hdr.resid, La.rmid, c0, mine, static_cast<int>(m.stage_nu[C::kStageDown]), H);
           copy_to_smem(x_s, La.act, I);
-          consume_stage<false>(m, hdr, ring, x_s, C::kStageDown, c0, [&](int r, float v, float) {
+          consume_stage<false>(m, hdr, ring, x_s, C::kStageDown, c0, [&](int r, int k, float v, float) {
             const float d = round_bf16(v);
             st_bf16(La.down_out, r, d);
-            st_bf16(La.rin_next, r, d + ld_bf16_cg(La.rmid, r));
+            st_bf16(La.rin_next, r, d + hdr.resid[k]);
           });
           consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageDown), static_cast<uint32_t>(mine));
         }
@@ -284,7 +351,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
       if (mine > 0) {
         consumer_wait(ctrs, layer_counter_index(L - 1, nkv, C::kStageDown), next * n_down);
         rmsnorm_to_smem(x_s, last.down_out, last.rmid, m.final_norm, H, eps, hdr.red_norm);
-        consume_stage<false>(m, hdr, ring, x_s, C::kStageLM, c0, [&](int r, float v, float) {
+        consume_stage<false>(m, hdr, ring, x_s, C::kStageLM, c0, [&](int r, int, float v, float) {
           const float lv = round_bf16(v);
           st_bf16(logits, r, lv);
           const uint64_t k = argmax_key(lv, static_cast<uint32_t>(r));

@@ -113,32 +113,13 @@ __device__ __forceinline__ void consumer_signal(uint32_t* ctrs, int index, uint3
 }
 
 // ---- loads of data other blocks wrote in this launch: L2 only, never a stale L1 line ---------------------------
-__device__ __forceinline__ uint4 ld_cg_v4(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ float ld_cg_f32(const float* p) {
-  float v;
-  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint16_t ld_cg_u16(const void* p) {
-  uint16_t v;
-  asm volatile("ld.global.cg.u16 %0, [%1];" : "=h"(v) : "l"(p));
-  return v;
-}
+// (__ldcg is an ordinary load to the compiler: it stays after the "memory"-clobbering acquire/barrier asm, and
+// independent loads can be issued together.)
+__device__ __forceinline__ uint4 ld_cg_v4(const void* p) { return __ldcg(static_cast<const uint4*>(p)); }
+__device__ __forceinline__ float ld_cg_f32(const float* p) { return __ldcg(p); }
+__device__ __forceinline__ uint16_t ld_cg_u16(const void* p) { return __ldcg(static_cast<const unsigned short*>(p)); }
 __device__ __forceinline__ uint64_t ld_cg_u64(const void* p) {
-  uint64_t v;
-  asm volatile("ld.global.cg.u64 %0, [%1];" : "=l"(v) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ int32_t ld_cg_s32(const void* p) {
-  int32_t v;
-  asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(v) : "l"(p));
-  return v;
+  return __ldcg(static_cast<const unsigned long long*>(p));
 }
 
 // ---- mbarrier + bulk copy (weights only: read-only for the whole launch, so the async proxy needs no fence
@@ -176,6 +157,10 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity, uint32
       return;
     }
   }
+}
+// Hint: bring [src, src + bytes) into L2 (no completion, no shared memory written).
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ uint64_t l2_evict_first_policy() {
   uint64_t policy;
