@@ -18,11 +18,12 @@ pytestmark = pytest.mark.vllm_gpu
 SHAPE = os.environ.get("KOG_TEST_SHAPE", "llama-3.2-1b")
 KS = (1, 4, 16)
 SCHEDULER = "kog_backend.scheduler.KogScheduler"
+IMPL = os.environ.get("KOG_TEST_IMPL", "torch")  # run again with KOG_TEST_IMPL=monokernel
 
 
 def multi_kwargs(k: int, **over):
     extra = dict(scheduler_cls=SCHEDULER, async_scheduling=False) if k > 1 else {}
-    return kog_kwargs({"tokens_per_step": k}, **extra, **over)
+    return kog_kwargs({"tokens_per_step": k, "step_impl": IMPL}, **extra, **over)
 
 
 @pytest.fixture(scope="module")

@@ -22,11 +22,13 @@ pytestmark = pytest.mark.vllm_gpu
 ATOL = float(os.environ.get("KOG_LOGIT_ATOL", "0.25"))
 NEW_TOKENS = int(os.environ.get("KOG_TF_TOKENS", "128"))
 SHAPES = os.environ.get("KOG_TF_SHAPES", "llama-3.2-1b").split(",")
+IMPLS = os.environ.get("KOG_TF_IMPLS", "torch,monokernel").split(",")
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("prompt_len", [32])
-def test_greedy_parity_under_teacher_forcing(checkpoint, shape, prompt_len):
+def test_greedy_parity_under_teacher_forcing(checkpoint, shape, prompt_len, impl):
     model = checkpoint(shape)
     kw = dict(gpu_memory_utilization=0.25, skip_tokenizer_init=True)
     from transformers import AutoConfig
@@ -34,11 +36,12 @@ def test_greedy_parity_under_teacher_forcing(checkpoint, shape, prompt_len):
     vocab = AutoConfig.from_pretrained(model).vocab_size
     prompt = random_prompts(1, [prompt_len], vocab, seed=11)[0]["prompt_token_ids"]
     stock = record(model, engine_kwargs(**kw), prompt, NEW_TOKENS)
-    free = record(model, kog_kwargs(**kw), prompt, NEW_TOKENS)
-    forced = record(model, kog_kwargs(**kw), prompt, NEW_TOKENS, force=stock.tokens)
+    kog = kog_kwargs({"step_impl": impl}, **kw)
+    free = record(model, kog, prompt, NEW_TOKENS)
+    forced = record(model, kog, prompt, NEW_TOKENS, force=stock.tokens)
     c = compare(stock, forced, ATOL)
     c.first_free_mismatch = first_mismatch(free.tokens, stock.tokens)
-    print(f"\n[{shape}] steps={c.steps} max|dlogit|={c.max_abs_diff:.4f} flips={c.flips} "
+    print(f"\n[{shape} {impl}] steps={c.steps} max|dlogit|={c.max_abs_diff:.4f} flips={c.flips} "
           f"free-run first mismatch={c.first_free_mismatch} kog={forced.kog_stats}")
     assert forced.kog_stats["kog_steps"] == NEW_TOKENS - 1, forced.kog_stats
     assert c.max_abs_diff <= ATOL, c

@@ -38,6 +38,17 @@ class _KogRequest:
     greedy: bool
     prompt_len: int
     max_tokens: int
+    stop_ids: tuple[int, ...]  # EOS (unless ignore_eos) and stop_token_ids: the monokernel ends a burst there
+
+
+def _stop_ids(sp: Any) -> tuple[int, ...]:
+    """The ids vLLM's check_stop ends a request on: stop_token_ids, and EOS unless ignore_eos."""
+    if sp is None:
+        return ()
+    ids = set(sp.stop_token_ids or ())
+    if not sp.ignore_eos and sp.eos_token_id is not None:
+        ids.add(sp.eos_token_id)
+    return tuple(sorted(ids))
 
 
 def burst_length(tokens_per_step: int, position: int, prompt_len: int, max_tokens: int, max_model_len: int) -> int:
@@ -60,6 +71,10 @@ class KogModelRunner(GPUModelRunnerV2):
         self._kog_weights: model_spec.DecoderWeights | None = None
         self._kog_kv_caches: list[torch.Tensor] = []
         self._kog_all_reduce = None
+        self._kog_mk = None  # kog_backend.monokernel.Monokernel when step_impl selects it
+        self._kog_mk_logits: torch.Tensor | None = None  # bf16 [1, vocab]: the monokernel's logits of a K=1 step
+        self._kog_logits_pending = False
+        self._kog_stop_tensors: dict[tuple[int, ...], torch.Tensor] = {}
         reason = disabled_reason or eligibility.server_unsupported_reason(vllm_config)
         if reason is not None:
             self._kog_disable(reason)
@@ -132,12 +147,44 @@ class KogModelRunner(GPUModelRunnerV2):
                 return
             caches.append(cache)
         self._kog_kv_caches = caches
+        impl = self._kog_select_impl()
+        if impl is None:
+            return
         logger.info(
-            "kog: single-request decode steps run on the kog path (%s step, %d layers, block size %d)",
-            "torch",
+            "kog: single-request decode steps run on the kog path (%s, %d layers, block size %d, %d tokens per step)",
+            impl,
             len(caches),
             caches[0].shape[2],
+            self._kog_tokens_per_step,
         )
+
+    def _kog_select_impl(self) -> str | None:
+        """'torch' or 'monokernel'. `auto` selects the torch step until the monokernel's parity with stock inside
+        vLLM has been shown on the device (integration_tests/test_teacher_forcing.py with step_impl=monokernel);
+        `monokernel` asks for it explicitly and turns kog off, with the reason, where it cannot run."""
+        if self.kog_config.step_impl != "monokernel":
+            return "torch"
+        from kog_backend import ops
+
+        reason = ops.load_reason()
+        if reason is None:
+            from kog_backend.monokernel import Monokernel, unsupported_reason
+
+            reason = unsupported_reason(self._kog_weights, self._kog_kv_caches, self.device)
+        if reason is not None:
+            self._kog_disable(f"monokernel: {reason}")
+            return None
+        try:
+            self._kog_mk = Monokernel(
+                self._kog_weights, self._kog_kv_caches, self.device, self.max_model_len,
+                max_tokens_per_launch=self._kog_tokens_per_step,
+            )
+        except (ValueError, RuntimeError) as e:
+            self._kog_disable(f"monokernel set-up failed: {e}")
+            return None
+        vocab = self.model_config.get_vocab_size()
+        self._kog_mk_logits = torch.empty(1, vocab, dtype=torch.bfloat16, device=self.device)
+        return "monokernel"
 
     # ---- request tracking ------------------------------------------------------------------------------------
 
@@ -150,6 +197,7 @@ class KogModelRunner(GPUModelRunnerV2):
                 greedy=sp is not None and sp.temperature < _GREEDY_TEMPERATURE,
                 prompt_len=len(new.prompt_token_ids or ()),
                 max_tokens=(sp.max_tokens if sp is not None and sp.max_tokens is not None else 1),
+                stop_ids=_stop_ids(sp),
             )
 
     def _remove_request(self, req_id: str) -> bool:
@@ -208,7 +256,9 @@ class KogModelRunner(GPUModelRunnerV2):
             k = burst_length(
                 self._kog_tokens_per_step, position, request.prompt_len, request.max_tokens, self.max_model_len
             )
-        if k == 1:
+        if self._kog_mk is not None:
+            hidden = self._kog_monokernel(input_batch, block_table, slot_mappings[0][:1], request, k)
+        elif k == 1:
             # One token: vLLM's own LM head and sampler run on this hidden state in sample_tokens.
             hidden = self._kog_torch_step(input_batch, block_table, slot, input_batch.input_ids[:1], 0)
         else:
@@ -248,7 +298,32 @@ class KogModelRunner(GPUModelRunnerV2):
         self._kog_burst = (tokens, num_sampled, num_rejected)
         return hidden
 
+    def _kog_monokernel(
+        self, input_batch: Any, block_table: torch.Tensor, slot_mapping: torch.Tensor, request: _KogRequest, k: int
+    ) -> torch.Tensor:
+        """One launch. k == 1: the kernel writes the logits and vLLM's sampler picks the token in sample_tokens
+        (exact vLLM semantics for every sampling setting). k > 1 (greedy): the kernel generates up to k tokens,
+        ending early after a stop id; `sample` hands them to vLLM."""
+        mk = self._kog_mk
+        input_ids, positions = input_batch.input_ids[:1], input_batch.positions[:1]
+        if k == 1:
+            mk.step(input_ids, positions, block_table, slot_mapping, logits_out=self._kog_mk_logits[0])
+            self._kog_logits_pending = True
+        else:
+            stop = self._kog_stop_tensors.get(request.stop_ids)
+            if stop is None:
+                stop = torch.tensor(request.stop_ids or (-1,), dtype=torch.int64, device=self.device)
+                self._kog_stop_tensors[request.stop_ids] = stop
+            tokens, count = mk.generate(input_ids, positions, block_table, slot_mapping, k, stop_ids=stop)
+            self._kog_burst = (tokens.view(1, k), count, 1 - count)
+        # sample_tokens reads no hidden state on the kog path (no prompt logprobs, no speculator).
+        return self._kog_mk_logits
+
     def sample(self, hidden_states: torch.Tensor, input_batch: Any, grammar_output: Any) -> Any:
+        if self._kog_logits_pending:
+            self._kog_logits_pending = False
+            out = self.sampler(self._kog_mk_logits, input_batch)
+            return out, out.num_sampled, out.num_rejected
         burst, self._kog_burst = self._kog_burst, None
         if burst is None:
             return super().sample(hidden_states, input_batch, grammar_output)
