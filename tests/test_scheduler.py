@@ -1,0 +1,131 @@
+"""KogScheduler on vLLM's real scheduler objects (CPU): look-ahead KV slots for a lone request, and the accounting
+of a step that returns several tokens for one scheduled token, with vLLM's own stop checks trimming the burst."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("vllm")
+
+BLOCK = 16
+K = 4
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from kog_backend.checkpoints import write_checkpoint
+
+    out = tmp_path_factory.mktemp("ckpt") / "tiny-llama"
+    write_checkpoint("tiny-llama", str(out), seed=0, device="cpu")
+    return str(out)
+
+
+@pytest.fixture
+def make_scheduler(checkpoint, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    from kog_backend.scheduler import KogScheduler
+
+    def make(tokens_per_step=K, num_blocks=64):
+        mc = ModelConfig(model=checkpoint, max_model_len=512, dtype="bfloat16", skip_tokenizer_init=True)
+        sc = SchedulerConfig.default_factory(
+            max_model_len=512, max_num_seqs=8, max_num_batched_tokens=2048, async_scheduling=False,
+            scheduler_cls="kog_backend.scheduler.KogScheduler",
+        )
+        vc = VllmConfig(
+            model_config=mc, cache_config=CacheConfig(block_size=BLOCK), scheduler_config=sc,
+            device_config=DeviceConfig(device="cpu"), additional_config={"kog": {"tokens_per_step": tokens_per_step}},
+        )
+        vc.cache_config.num_gpu_blocks = num_blocks
+        spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=2, head_size=64, dtype=torch.bfloat16)
+        kvc = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["l0"], spec)])
+        return KogScheduler(vllm_config=vc, kv_cache_config=kvc, structured_output_manager=StructuredOutputManager(vc),
+                            block_size=BLOCK)
+
+    return make
+
+
+def _request(req_id, prompt_len, **sp_kwargs):
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.request import Request
+
+    init_none_hash(sha256)  # what EngineCore does with prefix caching on (vLLM's default)
+    sp = SamplingParams(**sp_kwargs)
+    return Request(req_id, list(range(100, 100 + prompt_len)), sp, None,
+                   block_hasher=get_request_block_hasher(BLOCK, sha256))
+
+
+def _step(sched, tokens_by_req):
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    so = sched.schedule()
+    ids = list(so.num_scheduled_tokens)
+    out = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                            sampled_token_ids=[list(tokens_by_req.get(r, [])) for r in ids])
+    sched.update_from_output(so, out)
+    return so
+
+
+def _num_slots(sched, req_id):
+    return len(sched.kv_cache_manager.get_block_ids(req_id)[0]) * BLOCK
+
+
+def test_lone_request_reserves_look_ahead_and_takes_a_burst(make_scheduler):
+    s = make_scheduler()
+    r = _request("a", 31, max_tokens=100, ignore_eos=True)
+    s.add_request(r)
+    _step(s, {"a": [7]})  # prefill: 31 prompt tokens, first output token
+    assert r.num_computed_tokens == 31
+    so = _step(s, {"a": [8, 9, 10, 11]})  # decode at position 31, burst of K
+    assert so.num_scheduled_tokens == {"a": 1} and not so.scheduled_spec_decode_tokens
+    # Slots for positions 31 .. 31+K-1 were allocated before the step.
+    assert _num_slots(s, "a") >= 31 + K
+    assert r.num_computed_tokens == 31 + K  # every position whose K/V the burst wrote
+    assert list(r.output_token_ids) == [7, 8, 9, 10, 11]
+    so = _step(s, {"a": [12]})  # a short burst (e.g. capped by max_tokens) is fine too
+    assert r.num_computed_tokens == 31 + K + 1 and list(r.output_token_ids)[-1] == 12
+
+
+def test_no_look_ahead_with_two_requests(make_scheduler):
+    s = make_scheduler()
+    a, b = _request("a", 31, max_tokens=50, ignore_eos=True), _request("b", 31, max_tokens=50, ignore_eos=True)
+    s.add_request(a)
+    s.add_request(b)
+    _step(s, {"a": [7], "b": [7]})
+    _step(s, {"a": [8], "b": [8]})  # a batched decode step: position 31, no look-ahead -> 32 slots, 2 blocks
+    assert _num_slots(s, "a") == 32 and _num_slots(s, "b") == 32
+    assert a.num_computed_tokens == b.num_computed_tokens == 32
+
+
+@pytest.mark.parametrize(
+    "sp_kwargs,burst,want,reason",
+    [
+        (dict(max_tokens=100, ignore_eos=True, stop_token_ids=[9]), [8, 9, 10, 11], [7, 8, 9], "stop"),
+        (dict(max_tokens=3, ignore_eos=True), [8, 9, 10, 11], [7, 8, 9], "length"),
+    ],
+)
+def test_stops_trim_the_burst(make_scheduler, sp_kwargs, burst, want, reason):
+    from vllm.v1.request import RequestStatus
+
+    s = make_scheduler()
+    r = _request("a", 20, **sp_kwargs)
+    s.add_request(r)
+    _step(s, {"a": [7]})
+    _step(s, {"a": burst})
+    assert list(r.output_token_ids) == want
+    assert r.status == (RequestStatus.FINISHED_STOPPED if reason == "stop" else RequestStatus.FINISHED_LENGTH_CAPPED)
+
+
+def test_k_one_is_vllms_scheduler(make_scheduler):
+    s = make_scheduler(tokens_per_step=1)
+    r = _request("a", 31, max_tokens=10, ignore_eos=True)
+    s.add_request(r)
+    _step(s, {"a": [7]})
+    _step(s, {"a": [8]})
+    assert s.kog_lookahead == 0 and _num_slots(s, "a") == 32 and r.num_computed_tokens == 32
