@@ -11,7 +11,7 @@ from kog_backend import shapes
 from kog_backend.bench import metrics, model_bytes, offline
 from kog_backend.bench.offline_child import engine_kwargs, sampling_kwargs
 from kog_backend.bench.results import RunResult
-from kog_backend.config import CONFIG_KEY, WORKER_CLS
+from kog_backend.config import CONFIG_KEY, SCHEDULER_CLS, WORKER_CLS
 
 
 def test_ms_per_token_subtracts_the_one_token_call():
@@ -178,10 +178,14 @@ def test_engine_kwargs_differ_only_in_the_kog_selection():
     assert "worker_cls" not in stock and stock["additional_config"] == {"other": 1}
     assert kog["worker_cls"] == WORKER_CLS
     assert kog["additional_config"] == {"other": 1, CONFIG_KEY: {"step_impl": "torch", "tokens_per_step": 8}}
-    same = {k: v for k, v in kog.items() if k not in ("worker_cls", "additional_config")}
+    # K > 1 also needs kog's scheduler and synchronous scheduling (what --backend kog sets).
+    assert kog["scheduler_cls"] == SCHEDULER_CLS and kog["async_scheduling"] is False
+    kog_selection = ("worker_cls", "additional_config", "scheduler_cls", "async_scheduling")
+    same = {k: v for k, v in kog.items() if k not in kog_selection}
     assert same == {k: v for k, v in stock.items() if k != "additional_config"}
     assert stock["enable_prefix_caching"] is False and stock["tensor_parallel_size"] == 1
     assert engine_kwargs(_spec("kog"))["additional_config"] == {CONFIG_KEY: {}}  # kog's own default K
+    assert "scheduler_cls" not in engine_kwargs(_spec("kog"))
 
 
 def test_sampling_kwargs():
