@@ -201,8 +201,8 @@ class KogModelRunner(GPUModelRunnerV2):
             )
 
     def _remove_request(self, req_id: str) -> bool:
-        if self._kog_requests.pop(req_id, None) is not None:
-            self.kog_counters.flush()  # `kog stats` is current once a request ends
+        if self._kog_requests.pop(req_id, None) is not None and not self._kog_requests:
+            self.kog_counters.flush()  # idle: `kog stats` is current (at most one write per idle period)
         return super()._remove_request(req_id)
 
     # ---- the step --------------------------------------------------------------------------------------------
