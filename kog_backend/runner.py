@@ -4,8 +4,10 @@ Every step goes through `eligibility.step_unsupported_reason`. Ineligible steps 
 that ask for something the kog path does not do) run the stock `execute_model` unchanged. An eligible step runs
 the stock bookkeeping (request states, block tables, `prepare_inputs`, `prepare_attn`: the same GPU buffers the
 stock path fills), then the kog step, which reads vLLM's weights and writes this position's K/V into vLLM's paged
-cache itself, and hands vLLM a final hidden state; `sample_tokens` then runs stock (LM head, vLLM's sampler,
-async output copy, `postprocess_sampled`), so the scheduler, detokenizer and stop handling see an ordinary step.
+cache itself, and hands vLLM a final hidden state (or, with the monokernel, its logits); `sample_tokens` then runs
+stock (vLLM's sampler, async output copy, `postprocess_sampled`), so the scheduler, detokenizer and stop handling
+see an ordinary step. With tokens_per_step K > 1 and a greedy request, one kog step generates up to K tokens and
+`sample` hands them to vLLM as one step's output (KogScheduler reserved their KV slots and accounts for them).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def burst_length(tokens_per_step: int, position: int, prompt_len: int, max_token
 
 
 class KogModelRunner(GPUModelRunnerV2):
-    def __init__(self, vllm_config: Any, device: torch.device, disabled_reason: str | None = None):
+    def __init__(self, vllm_config: Any, device: torch.device):
         super().__init__(vllm_config, device)
         self.kog_config = KogConfig.from_vllm_config(vllm_config)
         rank = vllm_config.parallel_config.rank
@@ -75,7 +77,7 @@ class KogModelRunner(GPUModelRunnerV2):
         self._kog_mk_logits: torch.Tensor | None = None  # bf16 [1, vocab]: the monokernel's logits of a K=1 step
         self._kog_logits_pending = False
         self._kog_stop_tensors: dict[tuple[int, ...], torch.Tensor] = {}
-        reason = disabled_reason or eligibility.server_unsupported_reason(vllm_config)
+        reason = eligibility.server_unsupported_reason(vllm_config)
         if reason is not None:
             self._kog_disable(reason)
 
@@ -256,12 +258,13 @@ class KogModelRunner(GPUModelRunnerV2):
             k = burst_length(
                 self._kog_tokens_per_step, position, request.prompt_len, request.max_tokens, self.max_model_len
             )
+        hidden = None
         if self._kog_mk is not None:
-            hidden = self._kog_monokernel(input_batch, block_table, slot_mappings[0][:1], request, k)
-        elif k == 1:
+            hidden, k = self._kog_try_monokernel(input_batch, block_table, slot_mappings[0][:1], request, k)
+        if hidden is None and k == 1:
             # One token: vLLM's own LM head and sampler run on this hidden state in sample_tokens.
             hidden = self._kog_torch_step(input_batch, block_table, slot, input_batch.input_ids[:1], 0)
-        else:
+        elif hidden is None:
             hidden = self._kog_torch_burst(input_batch, block_table, slot, k)
 
         self.execute_model_state = ExecuteModelState(
@@ -297,6 +300,19 @@ class KogModelRunner(GPUModelRunnerV2):
         num_rejected = torch.full((1,), 1 - k, dtype=torch.int32, device=self.device)
         self._kog_burst = (tokens, num_sampled, num_rejected)
         return hidden
+
+    def _kog_try_monokernel(
+        self, input_batch: Any, block_table: torch.Tensor, slot_mapping: torch.Tensor, request: _KogRequest, k: int
+    ) -> tuple[torch.Tensor | None, int]:
+        """(output, k), or (None, 1) when the launcher refused the launch (its checks, resources): kog is then off
+        for this server, and this step, whose bookkeeping is done, is computed by the torch step. A sticky device
+        fault raises again there and reaches vLLM as what it is."""
+        try:
+            return self._kog_monokernel(input_batch, block_table, slot_mapping, request, k), k
+        except RuntimeError as e:
+            self._kog_disable(f"monokernel launch failed: {e}")
+            self._kog_mk, self._kog_burst, self._kog_logits_pending = None, None, False
+            return None, 1
 
     def _kog_monokernel(
         self, input_batch: Any, block_table: torch.Tensor, slot_mapping: torch.Tensor, request: _KogRequest, k: int
