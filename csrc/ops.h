@@ -38,4 +38,14 @@ int64_t ipc_open(std::vector<int64_t> handle, int64_t device);
 void ipc_close(int64_t ptr, int64_t device);
 void ipc_copy(int64_t dst, int64_t src, int64_t nbytes, int64_t device);
 
+// --- sampling building blocks, test launchers (csrc/sampling_test.cu) ---
+// KOG-SAMPLING-DECLS
+void philox_test(const at::Tensor& counters, int64_t key, at::Tensor& out);
+void philox_uniform_test(int64_t seed, int64_t position, at::Tensor& key_out, at::Tensor& words, at::Tensor& uniform,
+                         at::Tensor& noise, at::Tensor& uniform64, at::Tensor& noise64);
+void gumbel_noise_words_test(int64_t first_word, at::Tensor& uniform, at::Tensor& noise);
+void gumbel_argmax_test(const at::Tensor& logits, double temperature, double min_p, int64_t top_k, int64_t cut_key,
+                        int64_t cut_col, int64_t seed, int64_t position, bool use_fp64, int64_t num_slices,
+                        at::Tensor& params, at::Tensor& processed, at::Tensor& slice_best, at::Tensor& token);
+
 }  // namespace kog

@@ -1,0 +1,339 @@
+"""kog_backend.sampling against vLLM 0.26's own V2 sampling kernels, run on the CPU by Triton's interpreter.
+
+One child process (tests/sampling_vllm_interp.py) runs vLLM's `_temperature_kernel`, `_min_p_kernel`,
+`apply_top_k_top_p_pytorch` and `_gumbel_sample_kernel`, plus probes of `tl.philox`, `tl.randint4x`,
+`uint_to_uniform_float` and vLLM's `tl_rand32` / `tl_rand64`, on freshly drawn inputs. Everything is compared
+bit for bit: Philox words, uniforms, noise, the logits after each stage, and the token. Math functions are the
+one thing the interpreter cannot run as the GPU does; the child evaluates log and log1p with torch, and the
+numpy variant is checked to within 4e-7 absolute (the interpreter's own float32 log). CUDA sort stability and
+libdevice's log/log1p are checked on the GPU by integration_tests/test_sampling_gpu.py.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+pytest.importorskip("vllm")
+
+from kog_backend import sampling as S  # noqa: E402
+
+SEED = int(os.environ.get("KOG_TEST_SEED", random.randrange(2**31)))
+CHILD = Path(__file__).with_name("sampling_vllm_interp.py")
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# Random123's published known-answer vectors for philox4x32-10 (its kat_vectors file).
+PHILOX_KAT = [
+    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+    ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+]
+
+
+def _logits(g: torch.Generator, v: int, kind: str, dtype: torch.dtype) -> torch.Tensor:
+    if kind == "ties":  # few distinct values: ties at the top-k value, the top-p boundary and the maximum
+        x = torch.randint(-6, 7, (v,), generator=g).to(torch.float32) * 0.5
+    else:
+        x = torch.randn(v, generator=g) * (1.0 + 5.0 * torch.rand((), generator=g))
+    if kind == "masked" and v > 4:  # rows already holding -inf (as after logit bias or min_p)
+        x[torch.randperm(v, generator=g)[: v // 4]] = float("-inf")
+    return x.to(dtype)
+
+
+def _int64(g: torch.Generator) -> int:
+    return int(torch.randint(-(2**62), 2**62, (1,), generator=g)) * 2 + int(torch.randint(0, 2, (1,), generator=g))
+
+
+def _case(g, v, kind="normal", dtype=torch.bfloat16, temperature=None, top_k=None, top_p=None, min_p=None,
+          use_fp64=False, position=None):
+    pick = lambda options: options[int(torch.randint(0, len(options), (1,), generator=g))]  # noqa: E731
+    return {
+        "logits": _logits(g, v, kind, dtype),
+        "temperature": pick([0.0, 1.0, 0.01, 0.37, 0.8, 2.0]) if temperature is None else temperature,
+        "top_k": pick([0, 1, 2, 5, 50, v, v + 3, -1]) if top_k is None else top_k,
+        "top_p": pick([1.0, 1.0, 0.9, 0.5, 0.95, 1e-6]) if top_p is None else top_p,
+        "min_p": pick([0.0, 0.0, 0.05, 0.3]) if min_p is None else min_p,
+        "seed": _int64(g),
+        "position": int(torch.randint(0, 2**20, (1,), generator=g)) if position is None else position,
+        "use_fp64": use_fp64,
+    }
+
+
+def _spec() -> dict:
+    g = torch.Generator().manual_seed(SEED)
+    philox = [{"counters": torch.randint(0, 2**32, (4, 2000), generator=g), "key": _int64(g) % 2**64}
+              for _ in range(3)]
+    for ctr, key, _ in PHILOX_KAT:
+        counters = torch.tensor(ctr, dtype=torch.int64).view(4, 1).repeat(1, 3)
+        philox.append({"counters": counters, "key": key[0] | (key[1] << 32)})
+    edges = [0, 1, 2, 3, 2**23 - 1, 2**23, 2**24 - 1, 2**24, 2**24 + 1, 2**31 - 2, 2**31 - 1, 2**31, 2**31 + 1,
+             2**32 - 2**24, 2**32 - 2, 2**32 - 1]
+    uniform_words = torch.cat([torch.tensor(edges), torch.randint(0, 2**32, (1 << 18,), generator=g)])
+    streams = [
+        {"seed": 0, "position": 0, "n": 1500},
+        {"seed": -1, "position": 1, "n": 1025},
+        {"seed": INT64_MIN, "position": 2**32 + 5, "n": 2048},
+        {"seed": INT64_MAX, "position": 2**40 + 3, "n": 1000},
+    ] + [{"seed": _int64(g), "position": int(torch.randint(0, 2**31, (1,), generator=g)), "n": 3000}
+         for _ in range(2)]
+    samples = []
+    for v in (1, 7, 1000, 1024, 1025, 3000, 4097):
+        for kind in ("normal", "ties", "masked"):
+            samples.append(_case(g, v, kind))
+            samples.append(_case(g, v, kind, temperature=0.0))
+    for v in (7, 1025, 3000):  # fp32 logits; the fp64 Gumbel variant
+        samples.append(_case(g, v, dtype=torch.float32, temperature=0.8))
+        samples.append(_case(g, v, "ties", use_fp64=True, temperature=0.8))
+    samples.append(_case(g, 5000, temperature=0.8, top_k=3, top_p=1.0, min_p=0.0))
+    samples.append(_case(g, 5000, "ties", temperature=1.0, top_k=0, top_p=0.5, min_p=0.0))
+    samples.append(_case(g, 4097, temperature=0.8, position=2**33 + 11))
+    greedy_ties = _case(g, 5000, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0)
+    top = greedy_ties["logits"].float().max() + 1
+    greedy_ties["logits"][[4999, 1500, 3000, 1501]] = top.to(greedy_ties["logits"].dtype)  # expect 1500
+    greedy_ties_index = len(samples)
+    samples.append(greedy_ties)
+    samples.append(_case(g, 32000, temperature=0.8, top_k=0, top_p=0.9, min_p=0.0))
+    samples.append(_case(g, 32000, "ties", temperature=0.6, top_k=40, top_p=0.95, min_p=0.05))
+    samples.append(_case(g, 32000, dtype=torch.float32, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0))
+    samples.append(_case(g, 128256, temperature=0.8, top_k=0, top_p=0.9, min_p=0.0))
+    samples.append(_case(g, 151936, "ties", temperature=0.7, top_k=50, top_p=0.95, min_p=0.0, use_fp64=True))
+    return {"philox": philox, "uniform_words": uniform_words, "streams": streams, "samples": samples,
+            "greedy_ties_index": greedy_ties_index}
+
+
+@pytest.fixture(scope="module")
+def vllm_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sampling")
+    spec = _spec()
+    torch.save(spec, d / "cases.pt")
+    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, str(CHILD), str(d / "cases.pt"), str(d / "results.pt")],
+                          capture_output=True, text=True, timeout=900, env=env, check=False)
+    assert proc.returncode == 0, f"vLLM interpreter child failed (seed {SEED}):\n{proc.stderr[-4000:]}"
+    return spec, torch.load(d / "results.pt")
+
+
+def _words(words: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    return torch.stack(list(words))
+
+
+def test_philox_known_answer_vectors():
+    for ctr, key, expected in PHILOX_KAT:
+        args = [torch.tensor([c], dtype=torch.int64) for c in ctr + key]
+        assert tuple(int(w[0]) for w in S.philox4x32(*args)) == expected
+
+
+def test_philox_matches_triton(vllm_run):
+    spec, res = vllm_run
+    for case, theirs in zip(spec["philox"], res["philox"], strict=True):
+        c, key = case["counters"], case["key"]
+        k0 = torch.full_like(c[0], key & S.MASK32)
+        k1 = torch.full_like(c[0], key >> 32)
+        assert torch.equal(_words(S.philox4x32(c[0], c[1], c[2], c[3], k0, k1)), theirs), f"seed {SEED}"
+    for (_, _, expected), theirs in zip(PHILOX_KAT, res["philox"][3:], strict=True):
+        assert tuple(int(w) for w in theirs[:, 0]) == expected
+
+
+def test_uniform_conversion_matches_triton(vllm_run):
+    spec, res = vllm_run
+    mine = S.uint_to_uniform_float(spec["uniform_words"])
+    assert torch.equal(mine.view(torch.int32), res["uniforms"].view(torch.int32)), f"seed {SEED}"
+    assert float(mine.max()) < 1.0 and float(mine.min()) == 0.0
+
+
+def test_gumbel_stream_matches_vllm(vllm_run):
+    spec, res = vllm_run
+    for s, theirs in zip(spec["streams"], res["streams"], strict=True):
+        where = f"seed {SEED}, stream {s}"
+        key = S.gumbel_seed(s["seed"], s["position"])
+        assert key == theirs["gumbel_seed"], where
+        cols = torch.arange(s["n"], dtype=torch.int64)
+        assert torch.equal(_words(S.randint4x(key, cols)), theirs["words"]), where
+        u = S.rand32(key, cols)
+        assert torch.equal(u.view(torch.int32), theirs["u"].view(torch.int32)), where
+        noise = S.gumbel_noise(s["seed"], s["position"], s["n"])
+        assert torch.equal(noise.view(torch.int32), theirs["noise"].view(torch.int32)), where
+        u64 = S.rand64(key, cols)
+        assert torch.equal(u64.view(torch.int64), theirs["u64"].view(torch.int64)), where
+        noise64 = S.gumbel_noise(s["seed"], s["position"], s["n"], use_fp64=True)
+        assert torch.equal(noise64.view(torch.int64), theirs["noise64"].view(torch.int64)), where
+
+
+def test_noise_close_to_numpy_math(vllm_run):
+    """The interpreter's own (numpy) log/log1p: same noise up to last-bit differences of the math library."""
+    spec, res = vllm_run
+    for s, theirs in zip(spec["streams"], res["streams_numpy"], strict=True):
+        noise = S.gumbel_noise(s["seed"], s["position"], s["n"])
+        torch.testing.assert_close(noise, theirs["noise"], rtol=4e-7, atol=4e-7)
+        noise64 = S.gumbel_noise(s["seed"], s["position"], s["n"], use_fp64=True)
+        torch.testing.assert_close(noise64, theirs["noise64"], rtol=1e-15, atol=1e-15)
+
+
+def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    ints = {torch.bfloat16: torch.int16, torch.float32: torch.int32, torch.float64: torch.int64}
+    return a.dtype == b.dtype and torch.equal(a.view(ints[a.dtype]), b.view(ints[b.dtype]))
+
+
+def test_sample_matches_vllm(vllm_run):
+    spec, res = vllm_run
+    assert len(spec["samples"]) == len(res["samples"]) >= 50
+    for i, (case, theirs) in enumerate(zip(spec["samples"], res["samples"], strict=True)):
+        params = {k: case[k] for k in ("temperature", "top_k", "top_p", "min_p", "seed", "position", "use_fp64")}
+        where = f"seed {SEED}, case {i}: V={case['logits'].shape[0]} {case['logits'].dtype} {params}"
+        tr = S.sample(case["logits"], **params)
+        assert _bits_equal(tr.after_temperature, theirs["after_temperature"]), where
+        assert _bits_equal(tr.after_min_p, theirs["after_min_p"]), where
+        assert _bits_equal(tr.after_top_k_top_p, theirs["after_top_k_top_p"]), where
+        assert tr.token == theirs["token"], where
+    assert res["samples"][spec["greedy_ties_index"]]["token"] == 1500
+
+
+def test_cases_exercise_every_stage():
+    """The drawn cases must reach each branch the comparison is meant to cover."""
+    spec = _spec()
+    seen = set()
+    for case in spec["samples"]:
+        x, v = case["logits"], case["logits"].shape[0]
+        tr = S.sample(x, **{k: case[k] for k in ("temperature", "top_k", "top_p", "min_p", "seed", "position",
+                                                  "use_fp64")})
+        seen.add("greedy" if tr.noise is None else "gumbel")
+        if not torch.equal(tr.after_temperature, x):
+            seen.add("temperature")
+        if tr.after_min_p.isinf().sum() > tr.after_temperature.isinf().sum():
+            seen.add("min_p")
+        k, p = S.normalize_top_k_top_p(case["top_k"], case["top_p"], v)
+        if tr.after_top_k_top_p.isinf().sum() > tr.after_min_p.isinf().sum():
+            seen.add("top_k" if k is not None and p is None else "top_p" if k is None else "top_k_top_p")
+        if v % S.GUMBEL_BLOCK and v > S.GUMBEL_BLOCK:
+            seen.add("partial_last_block")
+    assert seen >= {"greedy", "gumbel", "temperature", "min_p", "top_k", "top_p", "top_k_top_p",
+                    "partial_last_block"}, seen
+
+
+def test_block_argmax_lowest_index_wins():
+    scores = torch.full((5000,), -1.0)
+    scores[[4999, 1500, 3000, 1501]] = 2.0
+    token, _, local_tok = S.block_argmax(scores)
+    assert token == 1500
+    assert local_tok.tolist() == [0, 1500, 3000, 3072, 4999]
+    assert S.block_argmax(torch.full((3,), float("-inf")))[0] == 0
+
+
+def _u32_bits(x: torch.Tensor) -> torch.Tensor:
+    return x.view(torch.int32).to(torch.int64) & S.MASK32
+
+
+def test_cuda_rng_source_on_host(tmp_path):
+    """csrc/include/kog/philox.cuh compiled as host C++ gives the reference's words and uniforms bit for bit."""
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    root = Path(__file__).resolve().parents[1]
+    exe = tmp_path / "sampling_host_check"
+    subprocess.run([cxx, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{root / 'csrc' / 'include'}",
+                    str(root / "tests" / "sampling_host_check.cpp"), "-o", str(exe)], check=True)
+    g = torch.Generator().manual_seed(SEED)
+    c = torch.randint(0, 2**32, (3000, 6), generator=g)
+    c = torch.cat([c, torch.tensor([list(ctr + key) for ctr, key, _ in PHILOX_KAT])])
+    rows = torch.stack([torch.randint(-(2**62), 2**62, (500,), generator=g) * 2,
+                        torch.randint(0, 2**40, (500,), generator=g)], dim=1)
+    rows = torch.cat([rows, torch.tensor([[0, 0], [-1, 1], [INT64_MIN, 2**32 + 5], [INT64_MAX, 2**40 + 3]])])
+    cols = torch.stack([torch.randint(0, 2**32, (3000,), generator=g), torch.randint(0, 2**31, (3000,), generator=g)],
+                       dim=1)
+    words = torch.cat([torch.tensor([0, 1, 2**24, 2**31 - 1, 2**31, 2**32 - 1]),
+                       torch.randint(0, 2**32, (20000,), generator=g)])
+    lines = [str(len(c))] + [" ".join(map(str, r)) for r in c.tolist()]
+    lines += [str(len(rows))] + [" ".join(map(str, r)) for r in rows.tolist()]
+    lines += [str(len(cols))] + [" ".join(map(str, r)) for r in cols.tolist()]
+    lines += [str(len(words))] + [str(w) for w in words.tolist()]
+    out = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True)
+    got = [list(map(int, line.split())) for line in out.stdout.splitlines()]
+    n1, n2, n3 = len(c), len(rows), len(cols)
+    assert len(got) == n1 + n2 + n3 + len(words)
+
+    ref = torch.stack(S.philox4x32(*c.T), dim=1)
+    assert torch.equal(torch.tensor(got[:n1]), ref), f"seed {SEED}"
+    assert [r[0] for r in got[n1:n1 + n2]] == S.randint(rows[:, 0], rows[:, 1], offset_bits=64).tolist()
+    col_out = got[n1 + n2:n1 + n2 + n3]
+    key, col = cols[:, 0], cols[:, 1]
+    assert torch.equal(torch.tensor([r[:5] for r in col_out]),
+                       torch.stack([*S.randint4x(key, col), _u32_bits(S.rand32(key, col))], dim=1)), f"seed {SEED}"
+    u64_bits = [int.from_bytes(struct.pack("<d", v), "little") for v in S.rand64(key, col).tolist()]
+    assert [r[5] for r in col_out] == u64_bits, f"seed {SEED}"
+    assert [r[0] for r in got[n1 + n2 + n3:]] == _u32_bits(S.uint_to_uniform_float(words)).tolist()
+
+
+def test_bf16_order_key_is_monotone():
+    """sampling.cuh's key order is the sort order of bf16 values (-0 == +0), over all non-NaN bit patterns."""
+    bits = torch.arange(-(2**15), 2**15, dtype=torch.int64).to(torch.int16)
+    x = bits.view(torch.bfloat16)
+    x = x[~x.isnan()]
+    keys = S.bf16_order_key(x)
+    order = x.float().sort(stable=True).indices
+    assert bool((keys[order].diff() >= 0).all())
+    assert torch.equal(keys[order].diff() == 0, x[order].float().diff() == 0)
+    assert int(S.bf16_order_key(torch.tensor([-0.0, 0.0], dtype=torch.bfloat16)).unique().numel()) == 1
+
+
+def test_temperature_with_gpu_reciprocal():
+    """div.full.f32 is x * rcp(t): with an exact reciprocal the two forms agree bit for bit."""
+    x = (torch.randn(4096) * 8).to(torch.bfloat16)
+    assert torch.equal(S.apply_temperature(x, 0.5, reciprocal=2.0), S.apply_temperature(x, 0.5))
+    assert torch.equal(S.apply_temperature(x, 1.0, reciprocal=3.0), x)  # t = 1 is skipped, as vLLM does
+
+
+def test_top_p_exact_or_defer_prototype():
+    """The proposed kernel top-p never returns a token vLLM would not, and defers rarely."""
+    g = torch.Generator().manual_seed(SEED)
+    decided = deferred = 0
+    for i in range(120):
+        v = int(torch.randint(500, 20000, (1,), generator=g))
+        kind = "ties" if i % 3 == 0 else "normal"
+        x = _logits(g, v, kind, torch.bfloat16)
+        t = [0.0, 0.6, 1.0, 1.3][i % 4]
+        p = [0.5, 0.9, 0.95, 0.99, 0.3][i % 5]
+        top_k = [0, 0, 40][i % 3]
+        seed, pos = _int64(g), int(torch.randint(0, 2**20, (1,), generator=g))
+        ref = S.sample(x, temperature=t, seed=seed, position=pos, top_k=top_k, top_p=p)
+        k, _ = S.normalize_top_k_top_p(top_k, p, v)
+        before_p = S.apply_top_k_top_p(ref.after_min_p, k, None)
+        scores = before_p.float() + (ref.noise if ref.noise is not None else 0.0)
+        got = S.top_p_token_or_defer(before_p, p, scores)
+        if got is None:
+            deferred += 1
+        else:
+            decided += 1
+            assert got == ref.token, (f"seed {SEED}, row {i}", got, ref.token)
+    assert deferred <= 12, (decided, deferred)
+
+
+def test_gumbel_max_follows_softmax():
+    """Gumbel-max over vLLM's stream samples softmax(x / t): chi-square over 40k positions, fixed seed."""
+    x = torch.tensor([1.0, 0.5, 0.0, -0.5, -1.0, -3.0]).to(torch.bfloat16)
+    t, n = 0.8, 40000
+    pos = torch.arange(n, dtype=torch.int64)
+    seed = 20261202
+    keys = S.randint(seed, pos, offset_bits=64)
+    cols = torch.arange(x.shape[0], dtype=torch.int64)
+    zero = torch.zeros((n, x.shape[0]), dtype=torch.int64)
+    words = S.philox4x32(cols.expand(n, -1), zero, zero, zero, keys.unsqueeze(1).expand(-1, x.shape[0]), zero)[0]
+    u = torch.clamp_min(S.uint_to_uniform_float(words), S.RAND32_SCALE)
+    scores = S.apply_temperature(x, t).float() + S.gumbel_from_uniform(u)
+    counts = torch.bincount(scores.argmax(dim=1), minlength=x.shape[0]).double()
+    expected = torch.softmax(S.apply_temperature(x, t).double(), dim=0) * n
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    # 5 degrees of freedom: P(chi2 > 25.7) = 1e-4.
+    assert chi2 < 25.7, (chi2, counts.tolist(), expected.tolist())
+    # the batched stream is the per-position one
+    assert torch.equal(u[123], S.rand32(S.gumbel_seed(seed, 123), cols))
+    assert math.isfinite(chi2)
