@@ -142,8 +142,9 @@ def from_vllm_model(model: torch.nn.Module, vllm_config: Any) -> DecoderWeights:
     inner = getattr(model, "model", None)
     if inner is None or not hasattr(inner, "layers"):
         raise UnsupportedModel(f"{type(model).__name__} has no .model.layers")
-    if getattr(hf, "sliding_window", None) and getattr(hf, "use_sliding_window", True) and arch == "llama":
-        raise UnsupportedModel("sliding-window attention is not supported")
+    window = getattr(hf, "sliding_window", None)
+    if window and getattr(hf, "use_sliding_window", True):  # Mistral sets only the window; Qwen3 also the switch
+        raise UnsupportedModel(f"sliding-window attention (window {window}) is not supported")
     params = {n: p for n, p in model.named_parameters()}
     quantised = [n for n, p in params.items() if p.dtype not in (torch.bfloat16, torch.float16, torch.float32)]
     if quantised or vllm_config.model_config.quantization:
