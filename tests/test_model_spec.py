@@ -11,7 +11,7 @@ from kog_backend import model_spec
 
 
 def _config(**hf):
-    hf_config = types.SimpleNamespace(architectures=["LlamaForCausalLM"], **hf)
+    hf_config = types.SimpleNamespace(**{"architectures": ["LlamaForCausalLM"], **hf})
     return types.SimpleNamespace(model_config=types.SimpleNamespace(hf_config=hf_config))
 
 
