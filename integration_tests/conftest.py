@@ -13,14 +13,10 @@ import pytest
 
 def _gpu_reason() -> str | None:
     try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available():
-        return "no CUDA GPU"
-    if torch.cuda.get_device_capability() != (9, 0):
-        return f"needs sm_90, found {torch.cuda.get_device_name()}"
-    return None
+        from kog_backend.support import gpu_reason
+    except ImportError as e:
+        return str(e)
+    return gpu_reason()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -42,12 +42,6 @@ from vllm.v1.worker.gpu.sample import gumbel, min_p  # noqa: E402
 DEV = torch.device("cuda", 0)
 SEED = random.randrange(2**31)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-PHILOX_KAT = [
-    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
-    ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
-     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
-]
 
 
 @triton.jit
@@ -106,7 +100,7 @@ def test_philox():
         k0 = torch.full_like(c[0], key & S.MASK32)
         k1 = torch.full_like(c[0], key >> 32)
         _assert_bits(out, torch.stack(S.philox4x32(c[0], c[1], c[2], c[3], k0, k1)), f"philox key {key:#x}")
-    for ctr, key, expected in PHILOX_KAT:
+    for ctr, key, expected in S.PHILOX_KAT:
         c = torch.tensor(ctr, dtype=torch.int64, device=DEV).view(4, 1)
         out = torch.full_like(c, -1)
         k = key[0] | (key[1] << 32)

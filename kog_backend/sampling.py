@@ -47,6 +47,13 @@ PHILOX_KEY_A = 0x9E3779B9
 PHILOX_KEY_B = 0xBB67AE85
 PHILOX_ROUND_A = 0xD2511F53
 PHILOX_ROUND_B = 0xCD9E8D57
+# Random123's published known-answer vectors for philox4x32-10 (its kat_vectors file): (counter, key, output).
+PHILOX_KAT = [
+    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+    ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+]  # fmt: skip
 GUMBEL_BLOCK = 1024  # vLLM gumbel_sample's BLOCK_SIZE: columns per argmax block
 # Triton uint_to_uniform_float's int32 scale, as fp32 bits 0x2FFFFFFF = 2^-31 (1 - 2^-24); also vLLM's clamp.
 RAND32_SCALE = 4.6566127342e-10

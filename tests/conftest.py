@@ -8,22 +8,18 @@ import functools
 import pytest
 
 GPU_MARKERS = ("gpu", "vllm_gpu")
-REQUIRED_CAPABILITY = (9, 0)
 
 
 @functools.lru_cache(maxsize=1)
 def gpu_skip_reason() -> str | None:
     """None on an sm_90 GPU, otherwise why GPU tests cannot run here."""
     try:
-        import torch
+        import torch  # noqa: F401
     except ImportError:
         return "torch is not installed"
-    if not torch.cuda.is_available():
-        return "needs an sm_90 GPU: no CUDA device"
-    capability = torch.cuda.get_device_capability()
-    if tuple(capability) != REQUIRED_CAPABILITY:
-        return f"needs an sm_90 GPU: {torch.cuda.get_device_name()} is sm_{capability[0]}{capability[1]}"
-    return None
+    from kog_backend.support import gpu_reason
+
+    return gpu_reason()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -31,13 +31,6 @@ from kog_backend import sampling as S  # noqa: E402
 SEED = int(os.environ.get("KOG_TEST_SEED", random.randrange(2**31)))
 CHILD = Path(__file__).with_name("sampling_vllm_interp.py")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-# Random123's published known-answer vectors for philox4x32-10 (its kat_vectors file).
-PHILOX_KAT = [
-    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
-    ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
-     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
-]
 
 
 def _logits(g: torch.Generator, v: int, kind: str, dtype: torch.dtype) -> torch.Tensor:
@@ -73,7 +66,7 @@ def _spec() -> dict:
     g = torch.Generator().manual_seed(SEED)
     philox = [{"counters": torch.randint(0, 2**32, (4, 2000), generator=g), "key": _int64(g) % 2**64}
               for _ in range(3)]
-    for ctr, key, _ in PHILOX_KAT:
+    for ctr, key, _ in S.PHILOX_KAT:
         counters = torch.tensor(ctr, dtype=torch.int64).view(4, 1).repeat(1, 3)
         philox.append({"counters": counters, "key": key[0] | (key[1] << 32)})
     edges = [0, 1, 2, 3, 2**23 - 1, 2**23, 2**24 - 1, 2**24, 2**24 + 1, 2**31 - 2, 2**31 - 1, 2**31, 2**31 + 1,
@@ -128,7 +121,7 @@ def _words(words: tuple[torch.Tensor, ...]) -> torch.Tensor:
 
 
 def test_philox_known_answer_vectors():
-    for ctr, key, expected in PHILOX_KAT:
+    for ctr, key, expected in S.PHILOX_KAT:
         args = [torch.tensor([c], dtype=torch.int64) for c in ctr + key]
         assert tuple(int(w[0]) for w in S.philox4x32(*args)) == expected
 
@@ -140,7 +133,7 @@ def test_philox_matches_triton(vllm_run):
         k0 = torch.full_like(c[0], key & S.MASK32)
         k1 = torch.full_like(c[0], key >> 32)
         assert torch.equal(_words(S.philox4x32(c[0], c[1], c[2], c[3], k0, k1)), theirs), f"seed {SEED}"
-    for (_, _, expected), theirs in zip(PHILOX_KAT, res["philox"][3:], strict=True):
+    for (_, _, expected), theirs in zip(S.PHILOX_KAT, res["philox"][3:], strict=True):
         assert tuple(int(w) for w in theirs[:, 0]) == expected
 
 
@@ -244,7 +237,7 @@ def test_cuda_rng_source_on_host(tmp_path):
                     str(root / "tests" / "sampling_host_check.cpp"), "-o", str(exe)], check=True)
     g = torch.Generator().manual_seed(SEED)
     c = torch.randint(0, 2**32, (3000, 6), generator=g)
-    c = torch.cat([c, torch.tensor([list(ctr + key) for ctr, key, _ in PHILOX_KAT])])
+    c = torch.cat([c, torch.tensor([list(ctr + key) for ctr, key, _ in S.PHILOX_KAT])])
     rows = torch.stack([torch.randint(-(2**62), 2**62, (500,), generator=g) * 2,
                         torch.randint(0, 2**40, (500,), generator=g)], dim=1)
     rows = torch.cat([rows, torch.tensor([[0, 0], [-1, 1], [INT64_MIN, 2**32 + 5], [INT64_MAX, 2**40 + 3]])])
