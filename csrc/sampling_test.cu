@@ -158,7 +158,7 @@ __global__ void combine_kernel(int num_slices, const int64_t* slice_best, int64_
       const uint64_t k = static_cast<uint64_t>(slice_best[3 * s]);
       best = k > best ? k : best;
     }
-    best = sampling::warp_max(best);
+    best = warp_max_u64(best);
     if (threadIdx.x == 0) token[0] = sampling::key_col(best);
   }
 }

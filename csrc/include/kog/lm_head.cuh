@@ -9,6 +9,7 @@
 
 #include "kog/config.cuh"
 #include "kog/sync.cuh"
+#include "kog/warp.cuh"
 
 namespace kog {
 
@@ -20,14 +21,6 @@ __device__ __forceinline__ uint64_t argmax_key(float v, uint32_t row) {
 }
 __device__ __forceinline__ uint32_t argmax_row(uint64_t key) {
   return 0xffffffffu - static_cast<uint32_t>(key & 0xffffffffu);
-}
-__device__ __forceinline__ uint64_t warp_max_u64(uint64_t v) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const uint64_t o = __shfl_xor_sync(0xffffffffu, v, off);
-    v = o > v ? o : v;
-  }
-  return v;
 }
 
 // Block-wide max of per-thread keys; result valid in consumer thread 0. keys_s: kConsumerWarps entries.

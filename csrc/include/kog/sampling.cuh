@@ -22,6 +22,7 @@
 #include <cuda_bf16.h>
 
 #include "kog/philox.cuh"
+#include "kog/warp.cuh"
 
 namespace kog {
 namespace sampling {
@@ -126,14 +127,6 @@ __device__ __forceinline__ ScoreKey64 better(const ScoreKey64& a, const ScoreKey
 }
 __device__ __forceinline__ ScoreKey64 no_score64() { return {0ull, 0xFFFFFFFFu}; }  // below every score
 
-__device__ __forceinline__ uint64_t warp_max(uint64_t v) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const uint64_t o = __shfl_xor_sync(0xFFFFFFFFu, v, off);
-    v = o > v ? o : v;
-  }
-  return v;
-}
 __device__ __forceinline__ ScoreKey64 warp_best(ScoreKey64 v) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) {
@@ -148,7 +141,7 @@ template <int kThreads>
 __device__ __forceinline__ uint64_t block_max(uint64_t v, uint64_t* smem) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps, one block");
   constexpr int kWarps = kThreads / 32;
-  v = warp_max(v);
+  v = warp_max_u64(v);
   if ((threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = v;
   __syncthreads();
   uint64_t r = 0;
