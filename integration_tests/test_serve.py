@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import subprocess
-import sys
 
 import pytest
 

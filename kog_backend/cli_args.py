@@ -43,13 +43,23 @@ class KogSelectionError(ValueError):
     """The kog flags contradict each other or the rest of the command line."""
 
 
-def _json_object(text: str) -> dict[str, Any]:
+def json_object(text: str) -> dict[str, Any]:
+    """argparse type: a JSON object (also `kog bench --engine-args`)."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:
         raise argparse.ArgumentTypeError(f"not valid JSON ({e.msg} at column {e.colno}): {text!r}") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"expected a JSON object such as '{{\"tokens_per_step\": 8}}', got {text!r}")
+    return value
+
+
+json_object.__name__ = "JSON object"  # argparse names the type in its generic messages
+
+
+def _kog_options(text: str) -> dict[str, Any]:
+    """argparse type of --kog-options: a JSON object that KogConfig accepts."""
+    value = json_object(text)
     try:
         KogConfig.from_dict(value)
     except KogConfigError as e:
@@ -57,7 +67,7 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
-_json_object.__name__ = "JSON object"  # argparse names the type in its generic messages
+_kog_options.__name__ = "JSON object"
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser) -> bool:
@@ -86,7 +96,7 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> bool:
     )
     group.add_argument(
         "--kog-options",
-        type=_json_object,
+        type=_kog_options,
         default=argparse.SUPPRESS,
         help=f"JSON object merged into additional_config['{CONFIG_KEY}'] with --backend kog, e.g. "
         f"'{{\"tokens_per_step\": 8}}'. Keys: {', '.join(sorted(KogConfig().to_dict()))}.",

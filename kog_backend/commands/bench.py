@@ -11,22 +11,12 @@ counters show no kog step; 2 bad arguments.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from typing import Any
+
+from kog_backend.cli_args import json_object
 
 DEFAULT_OUT = "kog-bench"
-
-
-def _json_obj(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise argparse.ArgumentTypeError(f"not JSON: {e}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("expected a JSON object")
-    return value
 
 
 def _positive(text: str) -> int:
@@ -43,9 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="checkpoint directory or embedded shape name (repeatable; default llama-3.2-1b)")
     g.add_argument("--only", choices=("stock", "kog"), help="run one side only")
     g.add_argument("--tp", type=_positive, default=1, help="tensor-parallel size")
-    g.add_argument("--engine-args", type=_json_obj, default={}, metavar="JSON",
+    g.add_argument("--engine-args", type=json_object, default={}, metavar="JSON",
                    help='extra vllm.LLM arguments for both sides, e.g. \'{"compilation_config": {"cudagraph_mode": "FULL_DECODE_ONLY"}}\'')
-    g.add_argument("--kog-options", type=_json_obj, default={}, metavar="JSON",
+    g.add_argument("--kog-options", type=json_object, default={}, metavar="JSON",
                    help='extra additional_config["kog"] options for the kog side, e.g. \'{"step_impl": "torch"}\'')
     g = p.add_argument_group("request")
     g.add_argument("--prompt-len", type=_positive, default=32, help="prompt length (random token ids)")
