@@ -7,6 +7,8 @@ Environment:
   KOG_BUILD_EXT=0        install the Python package only (the .so was built elsewhere and carried).
   KOG_CUDA_ARCH=90a      gencode target (sm_90a: the monokernel uses Hopper-only instructions).
   KOG_NVCC_THREADS=2     parallel nvcc threads.
+  KOG_TRACE=1            compile the monokernel's timeline marks in (benchmarks/bench_monokernel.py --trace);
+                         off by default: they cost ~4% at batch 1 even when unused (csrc/include/kog/trace.cuh).
 """
 
 import glob
@@ -42,6 +44,7 @@ def _ext_modules():
                 "-lineinfo",
                 f"--threads={os.environ.get('KOG_NVCC_THREADS', '2')}",
                 "-Xptxas=-v" if os.environ.get("KOG_PTXAS_VERBOSE") else "",
+                "-DKOG_TRACE" if os.environ.get("KOG_TRACE") == "1" else "",
             ],
         },
     )

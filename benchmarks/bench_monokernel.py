@@ -8,7 +8,8 @@ timed one by one with CUDA events (the weights are >= 2.5 GB, 40x the L2, so not
   GB/s = bytes/step / time; share = GB/s / copy GB/s (copy counts bytes read + written)
 
 Variants (Llama-3.2-1B, ctx 32) say where the time goes: the LM head cut to one chunk, half the layers, a
-shallower weight ring, no / deeper L2 prefetch beyond the ring. Prints a table last; writes JSON to $OUT/bench_monokernel.json when $OUT is set.
+shallower weight ring, no / deeper L2 prefetch beyond the ring. --trace prints a typical layer's timeline
+(Monokernel.trace_table, kog_backend/monokernel/timeline.py). Prints a table last; writes JSON to $OUT/bench_monokernel.json when $OUT is set.
 
   python benchmarks/bench_monokernel.py [--shapes llama-3.2-1b,...] [--ctx 32,1024,4096] [--reps 50]
 """
@@ -27,6 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from kog_backend.monokernel import Monokernel, synthetic  # noqa: E402
 from kog_backend.monokernel.plan import lm_rows  # noqa: E402
+from kog_backend.monokernel.timeline import format_timeline, summarize  # noqa: E402
 
 BS = 16
 
@@ -64,7 +66,8 @@ def time_steps(fn, reps: int, warmup: int = 5) -> float:
     return statistics.median(a.elapsed_time(b) for a, b in evs) * 1e-3
 
 
-def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, variants: bool) -> list[dict]:
+def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, variants: bool,
+                trace: bool = False) -> list[dict]:
     s = synthetic.make_shape(*synthetic.SHAPES[name], max_position=max(ctxs) + 64)
     w = synthetic.random_decoder(s, dev, seed=1)
     max_ctx = max(ctxs)
@@ -94,6 +97,13 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
         if diag:
             print(f"!! {name} ctx {ctx}: {diag}", flush=True)
             mk.reset_counters()
+    if trace:
+        table, tl = mk.trace_table()
+        torch.cuda.synchronize()
+        fn = run(ctxs[0], table)
+        t_traced = time_steps(fn, reps)
+        print(f"\ntimeline of one step, {name} ctx {ctxs[0]} (%globaltimer; {t_traced * 1e6:.1f} us/step with marks):")
+        print(format_timeline(summarize(tl)), flush=True)
     if variants:
         ctx = ctxs[0]
         p = mk.plan
@@ -132,6 +142,7 @@ def main() -> int:
     ap.add_argument("--ctx", default="32,1024,4096")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--no-variants", action="store_true")
+    ap.add_argument("--trace", action="store_true", help="print where a typical layer's time goes (first ctx)")
     args = ap.parse_args()
     dev = torch.device("cuda", 0)
     ctxs = [int(x) for x in args.ctx.split(",")]
@@ -139,7 +150,8 @@ def main() -> int:
     print(f"{torch.cuda.get_device_name(dev)}: device-to-device copy {copy_gbs:.0f} GB/s (read + write)", flush=True)
     rows = []
     for name in args.shapes.split(","):
-        rows += bench_shape(name, ctxs, args.reps, copy_gbs, dev, variants=not args.no_variants and name == "llama-3.2-1b")
+        rows += bench_shape(name, ctxs, args.reps, copy_gbs, dev, variants=not args.no_variants and name == "llama-3.2-1b",
+                            trace=args.trace)
         for r in rows[-(len(ctxs)):]:
             print(f"  {r['shape']} ctx {r['ctx']}: {r['us']:.1f} us", flush=True)
     out = os.environ.get("OUT")

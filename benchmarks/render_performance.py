@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import sys
 
@@ -40,6 +41,11 @@ def _num(v: float | None, fmt: str = ".1f") -> str:
     return "-" if v is None else format(v, fmt)
 
 
+def _engine_args(args: dict | None) -> str:
+    """Non-default engine arguments of a run (both sides), e.g. eager mode: the stock figure depends on them."""
+    return "vLLM defaults" if not args else ", ".join(f"`{k}={json.dumps(v)}`" for k, v in sorted(args.items()))
+
+
 def summary(reports: list[tuple[str, BenchReport]]) -> list[str]:
     """Newest offline figure per model."""
     seen: dict[str, list[str]] = {}
@@ -58,14 +64,18 @@ def summary(reports: list[tuple[str, BenchReport]]) -> list[str]:
                 _pct(kog.bw_share if kog and kog.ok else None),
                 _pct(stock.bw_share if stock and stock.ok else None),
                 f"K={rep.settings.get('tokens_per_step') or 'default'}",
+                _engine_args(rep.settings.get("engine_args")),
                 str(rep.host.get("gpu", "?")),
                 rep.date[:10],
                 f"`{rep.commit[:12]}`",
             ]
     if not seen:
         return []
-    head = "| model | stock tok/s | kog tok/s | speedup | kog % of copy BW | stock % of copy BW | K | GPU | date | commit |"
-    return [head, "|---|---:|---:|---:|---:|---:|---|---|---|---|"] + ["| " + " | ".join(r) + " |" for r in seen.values()]
+    head = (
+        "| model | stock tok/s | kog tok/s | speedup | kog % of copy BW | stock % of copy BW | K | engine args | GPU "
+        "| date | commit |"
+    )
+    return [head, "|---|---:|---:|---:|---:|---:|---|---|---|---|---|"] + ["| " + " | ".join(r) + " |" for r in seen.values()]
 
 
 def render(paths: list[str], out_path: str) -> str:

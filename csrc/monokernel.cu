@@ -16,6 +16,7 @@
 #include "kog/config.cuh"
 #include "kog/monokernel.cuh"
 #include "kog/sync.cuh"
+#include "kog/trace.cuh"
 #include "ops.h"
 
 namespace kog {
@@ -142,6 +143,7 @@ std::vector<int64_t> monokernel_layout() {
   KOG_OFF(ModelArgs, attn_scale_log2); KOG_OFF(ModelArgs, embed); KOG_OFF(ModelArgs, final_norm);
   KOG_OFF(ModelArgs, lm_head); KOG_OFF(ModelArgs, cos_sin); KOG_OFF(ModelArgs, layers);
   KOG_OFF(ModelArgs, counters); KOG_OFF(ModelArgs, argmax_slots); KOG_OFF(ModelArgs, logits_scratch);
+  KOG_OFF(ModelArgs, trace);
   KOG_OFF(LayerArgs, input_norm); KOG_OFF(LayerArgs, qkv); KOG_OFF(LayerArgs, q_norm); KOG_OFF(LayerArgs, k_norm);
   KOG_OFF(LayerArgs, o_proj); KOG_OFF(LayerArgs, post_norm); KOG_OFF(LayerArgs, gate_up); KOG_OFF(LayerArgs, down);
   KOG_OFF(LayerArgs, k_cache); KOG_OFF(LayerArgs, v_cache); KOG_OFF(LayerArgs, qkv_out); KOG_OFF(LayerArgs, q_out);
@@ -158,7 +160,8 @@ std::vector<int64_t> monokernel_config() {
           C::kMaxSmemBytes,  C::kHeaderBytes,    C::kBtCacheEntries,  C::kMaxResidRows, C::kPrefetchChunks,
           C::kWarpStride,    C::kMaxHidden,
           C::kHeadsPerPass,  C::kAttnUnroll,     C::kNumStages,       C::kCounterStride, C::kVersion,
-          attn_work_floats(64), attn_work_floats(128), kCtrLayerBase, layer_counter_count(0)};
+          attn_work_floats(64), attn_work_floats(128), kCtrLayerBase, layer_counter_count(0),
+          kTraceEvents};
 }
 
 }  // namespace kog

@@ -7,6 +7,7 @@ number of engine steps differs), and kog at K = 1 agrees with stock under teache
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 
 import pytest
@@ -22,8 +23,11 @@ IMPL = os.environ.get("KOG_TEST_IMPL", "torch")  # run again with KOG_TEST_IMPL=
 
 
 def multi_kwargs(k: int, **over):
-    extra = dict(scheduler_cls=SCHEDULER, async_scheduling=False) if k > 1 else {}
-    return kog_kwargs({"tokens_per_step": k, "step_impl": IMPL}, **extra, **over)
+    # Every K schedules synchronously (K > 1 requires it; for K = 1 it is vLLM's async default in production):
+    # with async scheduling the K = 1 engine has scheduled the first request's next token before a test adds the
+    # second, which would then join one token later than in the K > 1 run.
+    extra = dict(scheduler_cls=SCHEDULER) if k > 1 else {}
+    return kog_kwargs({"tokens_per_step": k, "step_impl": IMPL}, async_scheduling=False, **extra, **over)
 
 
 @pytest.fixture(scope="module")
@@ -72,30 +76,62 @@ def test_stop_token_mid_burst(engines):
         assert out.finish_reason == "stop"
 
 
-def test_staggered_second_request(engines):
-    """A second request arrives mid-burst: both requests' tokens equal those of K = 1 run with the second
-    request arriving after the same number of the first request's tokens. No token lost, duplicated or reordered."""
-    vocab = engines[1].llm_engine.model_config.get_vocab_size()
-    p1, p2 = random_prompts(2, [20, 28], vocab, seed=23)
-    sp = _greedy(80, ignore_eos=True)
+def _staggered_child(queue, path, kwargs, prompts, max_tokens, first_tokens_before_second):
+    """One engine, in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): each LLMEngine.step() then runs exactly one
+    engine step, so the second request joins after a known number of the first's tokens. (With the engine core in
+    its own process, the core keeps stepping while the client reads outputs: the arrival point is a race.)"""
+    import os
 
-    def run(llm, first_tokens_before_second: int):
-        eng = llm.llm_engine
-        eng.add_request("r1", p1, sp)
-        produced = {"r1": [], "r2": []}
-        added = False
-        while eng.has_unfinished_requests():
-            for out in eng.step():
-                produced[out.request_id] = list(out.outputs[0].token_ids)
-            if not added and len(produced["r1"]) >= first_tokens_before_second:
-                eng.add_request("r2", p2, sp)
-                added = True
-        return produced, len(produced["r1"])
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm import LLM, SamplingParams
 
+    llm = LLM(model=path, **kwargs)
+    eng = llm.llm_engine
+    sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    eng.add_request("r1", prompts[0], sp)
+    produced = {"r1": [], "r2": []}
+    joined_at = None
+    while eng.has_unfinished_requests():
+        for out in eng.step():
+            produced[out.request_id] = list(out.outputs[0].token_ids)
+        if joined_at is None and len(produced["r1"]) >= first_tokens_before_second:
+            eng.add_request("r2", prompts[1], sp)
+            joined_at = len(produced["r1"])
+    worker = eng.engine_core.engine_core.model_executor.driver_worker.worker
+    queue.put((produced, joined_at, worker.kog_stats()))
+
+
+def _staggered(path, kwargs, prompts, max_tokens, first_tokens_before_second):
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    args = (queue, path, kwargs, prompts, max_tokens, first_tokens_before_second)
+    proc = ctx.Process(target=_staggered_child, args=args)
+    proc.start()
+    try:
+        return queue.get(timeout=300)
+    finally:
+        proc.join(60)
+        if proc.is_alive():
+            proc.kill()
+
+
+def test_staggered_second_request(checkpoint):
+    """A second request arrives mid-burst: both requests' tokens equal those of K = 1 with the second request
+    arriving after the same number of the first request's tokens. No token lost, duplicated or reordered.
+    (Each engine runs in a spawned child with the engine core in-process; see _staggered_child.)"""
+    path = checkpoint(SHAPE)
+    from transformers import AutoConfig
+
+    vocab = AutoConfig.from_pretrained(path).vocab_size
+    prompts = random_prompts(2, [20, 28], vocab, seed=23)
     # K=16: prefill step (1 token), then one burst (16 tokens): the second request arrives after 17 tokens.
-    kog16, _ = run(engines[16], 17)
-    ref, _ = run(engines[1], 17)
-    assert kog16["r1"] == ref["r1"] and kog16["r2"] == ref["r2"]
+    kw = dict(gpu_memory_utilization=0.25)
+    kog16, joined16, stats16 = _staggered(path, multi_kwargs(16, **kw), prompts, 80, 17)
+    ref, joined1, stats1 = _staggered(path, multi_kwargs(1, **kw), prompts, 80, 17)
+    assert joined16 == joined1 == 17, (joined16, joined1)
+    assert stats16["kog_tokens"] >= 16 and stats16["fallbacks"].get("batch of several requests", 0) > 0, stats16
+    assert kog16["r1"] == ref["r1"], first_mismatch(kog16["r1"], ref["r1"])
+    assert kog16["r2"] == ref["r2"], first_mismatch(kog16["r2"], ref["r2"])
     assert len(kog16["r1"]) == 80 and len(kog16["r2"]) == 80
 
 

@@ -96,6 +96,17 @@ def test_table_lists_every_row_with_its_figures():
     assert stock_line[:end].endswith(f"{stock.tok_s:.1f}")
 
 
+def test_table_and_chart_name_non_default_engine_arguments(tmp_path):
+    rep = fake_report()
+    assert "engine arguments" not in format_table(rep)
+    rep.settings["engine_args"] = {"enforce_eager": True}
+    assert 'engine arguments on both sides: {"enforce_eager": true}' in format_table(rep)
+    from kog_backend.bench.chart import write_chart
+
+    path = str(tmp_path / "eager.png")
+    assert write_chart(rep, path) == path and os.path.getsize(path) > 5000
+
+
 def test_table_shows_warnings_and_token_mismatch():
     rep = fake_report()
     rep.models[0].rows[1].warnings.append("kog steps = 0: this row measured stock vLLM")

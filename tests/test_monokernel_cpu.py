@@ -72,6 +72,9 @@ def test_config_matches_header():
     }
     assert layout.attn_work_floats(64) == layout.CONFIG["attn_work_floats_64"]
     assert layout.attn_work_floats(128) == layout.CONFIG["attn_work_floats_128"]
+    trace = open(os.path.join(HEADERS, "trace.cuh")).read()
+    assert int(re.search(r"kTraceEvents = (\d+)", trace).group(1)) == layout.CONFIG["kTraceEvents"]
+    assert layout.TRACE_EVENTS == tuple(re.findall(r"  (kEv\w+) = \d+,", trace))
 
 
 @pytest.mark.skipif(ops.load_reason() is not None, reason=f"extension not loadable: {ops.load_reason()}")

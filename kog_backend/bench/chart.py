@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import statistics
 
 from kog_backend.bench.results import BenchReport
@@ -57,6 +59,8 @@ def write_chart(report: BenchReport, path: str) -> str:
     else:
         first = f"{h.get('gpu', '?')} x{s.get('tp', 1)}   {report.date[:10]}   commit {report.commit[:10]}"
     k = f", K={s.get('tokens_per_step') or 'default'}" if report.kind == "offline" else ""
+    if report.kind == "offline" and s.get("engine_args"):
+        k += f", engine args {json.dumps(s['engine_args'], sort_keys=True)}"
     fig.suptitle(f"{first}\nbatch 1, prompt {s.get('prompt_len')}, {s.get('new_tokens')} new tokens{k}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from kog_backend.bench.results import BenchReport, ModelResult, RunResult
 
 
@@ -33,6 +35,8 @@ def header_lines(report: BenchReport) -> list[str]:
             f"{sampling}, TP {s.get('tp')}, K={k if k else 'default'}, {s.get('stat')} of {s.get('reps')} reps "
             f"after {s.get('warmup')} warm-up"
         )
+        if s.get("engine_args"):
+            lines.append(f"engine arguments on both sides: {json.dumps(s['engine_args'], sort_keys=True)}")
     else:
         lines.append(
             f"streaming /v1/completions, one request at a time, prompt {s.get('prompt_len')} token ids, "

@@ -204,6 +204,7 @@ class Monokernel:
             "lm_head": weights.lm_head.data_ptr(), "cos_sin": weights.cos_sin.data_ptr(),
             "layers": self.layer_table.data_ptr(), "counters": self.counters.data_ptr(),
             "argmax_slots": self.argmax_slots.data_ptr(), "logits_scratch": self.logits_scratch.data_ptr(),
+            "trace": 0,
         }  # fmt: skip
         self._model_values = model
         self.model_table = _to_device(layout.pack_model(model), device)
@@ -273,6 +274,16 @@ class Monokernel:
                 raise KeyError(k)
             values[k] = v
         return _to_device(layout.pack_model(values), self.device)
+
+    def trace_table(self, num_tokens: int = 1, **overrides) -> tuple[torch.Tensor, torch.Tensor]:
+        """(argument table, timeline) for launches of up to num_tokens tokens that record when each block passed
+        each point of the schedule (csrc/include/kog/trace.cuh): timeline is int64 [num_tokens, num_layers + 1,
+        kTraceEvents, grid] of %globaltimer ns, 0 where a block skipped a point. Diagnostics only."""
+        L = int(overrides.get("num_layers", self.shape.num_layers))
+        trace = torch.zeros(num_tokens, L + 1, layout.CONFIG["kTraceEvents"], self.plan.grid, dtype=torch.int64,
+                            device=self.device)  # fmt: skip
+        table = self.variant_table(trace=trace.data_ptr(), **overrides)
+        return table, trace
 
     def reset_counters(self) -> None:
         """Zeroes the dependency counters (after a launch that did not run to completion or aborted)."""

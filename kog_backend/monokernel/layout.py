@@ -47,6 +47,7 @@ MODEL_FIELDS: tuple[tuple[str, str, int], ...] = (
     ("counters", "p", 1),
     ("argmax_slots", "p", 1),
     ("logits_scratch", "p", 1),
+    ("trace", "p", 1),
 )
 
 LAYER_FIELDS: tuple[str, ...] = (
@@ -78,8 +79,15 @@ CONFIG: dict[str, int] = {
     "attn_work_floats_128": 36 * 128 + 64,
     "kCtrLayerBase": 12,
     "layer_counter_count_0": 5,
+    "kTraceEvents": 11,
 }
 CONFIG_NAMES = tuple(CONFIG)
+
+# kog::TraceEvent (trace.cuh), in value order; row num_layers of a token reuses the first three for the LM head.
+TRACE_EVENTS: tuple[str, ...] = (
+    "kEvQkvReady", "kEvQkvDone", "kEvAttnReady", "kEvAttnDone", "kEvOReady", "kEvODone", "kEvGuReady",
+    "kEvGuDone", "kEvDownReady", "kEvDownDone", "kEvLoaderLayer",
+)  # fmt: skip
 
 
 def attn_work_floats(head_dim: int) -> int:

@@ -72,6 +72,7 @@ struct ModelArgs {
   uint32_t* counters;       // see counter_index() in sync.cuh
   uint64_t* argmax_slots;   // [grid]
   bf16* logits_scratch;     // [stage_n[kStageLM]] when the caller passes no logits buffer
+  uint64_t* trace;          // null, or [num_tokens][num_layers + 1][kTraceEvents][grid] (trace.cuh)
 };
 
 // Per launch: small device pointers from the runner.

@@ -19,6 +19,7 @@
 #include "kog/numerics.cuh"
 #include "kog/rmsnorm.cuh"
 #include "kog/sync.cuh"
+#include "kog/trace.cuh"
 
 namespace kog {
 
@@ -103,8 +104,9 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
   const int ns = static_cast<int>(m.num_slots);
   const int ahead = static_cast<int>(m.prefetch_chunks);
   const int ntok = step.num_tokens;
-  int slot = 0, cur_t = 0;
+  int slot = 0, cur_t = 0, mark_t = -1, mark_l = -1;
   uint32_t phase = 0;
+  const Tracer tr(m);
   ChunkCursor fill, pref;
   fill.start(m, ntok);
   pref.start(m, ntok);
@@ -131,6 +133,11 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
     }
     const Chunk ch = fill.chunk(m);
     const int K = static_cast<int>(m.stage_k[fill.st]), nu = static_cast<int>(m.stage_nu[fill.st]);
+    if (tr.p != nullptr && (fill.t != mark_t || fill.l != mark_l)) {
+      tr.mark(fill.t, fill.st == MonoConfig::kStageLM ? static_cast<int>(m.num_layers) : fill.l, kEvLoaderLayer);
+      mark_t = fill.t;
+      mark_l = fill.l;
+    }
     mbar_wait(&hdr.empty[slot], phase ^ 1u, m.counters, kSiteEmpty);
     mbar_arrive_expect_tx(&hdr.full[slot], ch.bytes0 + ch.bytes1);
     uint8_t* dst = ring + static_cast<size_t>(slot) * MonoConfig::kSlotBytes;
@@ -220,6 +227,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
   const int64_t pos0 = step.positions[0];
   const bool has_task = b < nkv * S;
 
+  const Tracer tr(m);
   int ntok = 0;
   for (int t = 0; t < step.num_tokens; ++t) {
     const uint32_t e = epoch0 + static_cast<uint32_t>(t);
@@ -277,18 +285,22 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
             consumer_wait(ctrs, layer_counter_index(l - 1, nkv, C::kStageDown), next * n_down);
             rmsnorm_to_smem(x_s, prev->down_out, prev->rmid, La.input_norm, H, eps, hdr.red_norm);
           }
+          if (tid == 0) tr.mark(t, l, kEvQkvReady);
           consume_stage<false>(m, hdr, ring, x_s, C::kStageQKV, c0,
                                [&](int r, int, float v, float) { st_bf16(La.qkv_out, r, v); });
           consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageQKV), static_cast<uint32_t>(mine));
+          if (tid == 0) tr.mark(t, l, kEvQkvDone);
         }
         base = (base + static_cast<int>(n_qkv)) % G;
       }
 
       if (has_task) {  // attention split (+ combine by the last split of the KV head)
         consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageQKV), next * n_qkv);
+        if (tid == 0) tr.mark(t, l, kEvAttnReady);
         attention_task<D>(m, La, task, pos, slot, step.block_table, step.block_table_len, hdr.bt, work, hdr.bcast,
                           ctrs, layer_counter_index(l, nkv, kCtrAttnKV + task.kvh),
                           layer_counter_index(l, nkv, kCtrAttnDone), e);
+        if (tid == 0) tr.mark(t, l, kEvAttnDone);
       }
 
       {  // O projection + residual
@@ -298,12 +310,14 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
           consumer_wait(ctrs, layer_counter_index(l, nkv, kCtrAttnDone), next * static_cast<uint32_t>(nkv));
           gather_rows(hdr.resid, rin, c0, mine, static_cast<int>(m.stage_nu[C::kStageO]), H);
           copy_to_smem(x_s, La.attn_out, nh * D);
+          if (tid == 0) tr.mark(t, l, kEvOReady);
           consume_stage<false>(m, hdr, ring, x_s, C::kStageO, c0, [&](int r, int k, float v, float) {
             const float o = round_bf16(v);
             st_bf16(La.o_out, r, o);
             st_bf16(La.rmid, r, o + hdr.resid[k]);
           });
           consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageO), static_cast<uint32_t>(mine));
+          if (tid == 0) tr.mark(t, l, kEvODone);
         }
         base = (base + static_cast<int>(n_o)) % G;
       }
@@ -314,11 +328,13 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
         if (mine > 0) {
           consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageO), next * n_o);
           rmsnorm_to_smem(x_s, La.o_out, rin, La.post_norm, H, eps, hdr.red_norm);
+          if (tid == 0) tr.mark(t, l, kEvGuReady);
           consume_stage<true>(m, hdr, ring, x_s, C::kStageGU, c0, [&](int r, int, float vg, float vu) {
             const float gt = round_bf16(vg), up = round_bf16(vu);
             st_bf16(La.act, r, __fmul_rn(__fdiv_rn(gt, 1.f + expf(-gt)), up));
           });
           consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageGU), static_cast<uint32_t>(mine));
+          if (tid == 0) tr.mark(t, l, kEvGuDone);
         }
         base = (base + static_cast<int>(n_gu)) % G;
       }
@@ -330,12 +346,14 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
           consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageGU), next * n_gu);
           gather_rows(hdr.resid, La.rmid, c0, mine, static_cast<int>(m.stage_nu[C::kStageDown]), H);
           copy_to_smem(x_s, La.act, I);
+          if (tid == 0) tr.mark(t, l, kEvDownReady);
           consume_stage<false>(m, hdr, ring, x_s, C::kStageDown, c0, [&](int r, int k, float v, float) {
             const float d = round_bf16(v);
             st_bf16(La.down_out, r, d);
             st_bf16(La.rin_next, r, d + hdr.resid[k]);
           });
           consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageDown), static_cast<uint32_t>(mine));
+          if (tid == 0) tr.mark(t, l, kEvDownDone);
         }
         base = (base + static_cast<int>(n_down)) % G;
       }
@@ -351,6 +369,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
       if (mine > 0) {
         consumer_wait(ctrs, layer_counter_index(L - 1, nkv, C::kStageDown), next * n_down);
         rmsnorm_to_smem(x_s, last.down_out, last.rmid, m.final_norm, H, eps, hdr.red_norm);
+        if (tid == 0) tr.mark(t, L, kEvLmReady);
         consume_stage<false>(m, hdr, ring, x_s, C::kStageLM, c0, [&](int r, int, float v, float) {
           const float lv = round_bf16(v);
           st_bf16(logits, r, lv);
@@ -364,6 +383,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
         m.argmax_slots[b] = best;
         const uint32_t old = atom_acq_rel_add(counter(ctrs, kCtrLM), 1u);
         hdr.bcast[1] = (old + 1u == next * static_cast<uint32_t>(G)) ? 1 : 0;
+        tr.mark(t, L, kEvLmDone);
       }
       consumer_sync();
       if (hdr.bcast[1] != 0 && tid < 32) {
@@ -379,6 +399,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
     ntok = t + 1;
     if (t + 1 < step.num_tokens) {
       consumer_wait(ctrs, kCtrTokenReady, next);
+      if (tid == 0) tr.mark(t, L, kEvTokenSeen);
       const int64_t tok = static_cast<int64_t>(ld_cg_u64(step.tokens_out + t));
       bool stop = false;
       for (int i = 0; i < step.num_stop; ++i) stop |= __ldg(step.stop_ids + i) == tok;

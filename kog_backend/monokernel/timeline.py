@@ -1,0 +1,87 @@
+"""Summary of a monokernel timeline (Monokernel.trace_table): where a typical layer spends its time.
+
+Times are relative to the layer's start, taken as the moment the previous layer's down projection completed
+(the latest kEvDownDone over blocks): for each event, the earliest, median and latest block, median over the
+layers 1 .. L-1 (layer 0 starts from the launch). Blocks that skipped an event (entry 0) are left out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+
+import torch
+
+from kog_backend.monokernel.layout import TRACE_EVENTS
+
+_EV = {name: i for i, name in enumerate(TRACE_EVENTS)}
+
+
+@dataclasses.dataclass(frozen=True)
+class EventSpan:
+    event: str
+    first_us: float
+    median_us: float
+    last_us: float
+    blocks: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Timeline:
+    layer_us: float  # median time between consecutive layers' completions
+    events: tuple[EventSpan, ...]
+    lm_us: float  # last layer complete -> every block's argmax published (token 0)
+    total_us: float  # first block's first event -> last event of token 0
+
+
+def summarize(trace: torch.Tensor) -> Timeline:
+    """trace: int64 [tokens, layers + 1, events, grid] (token 0 is summarised)."""
+    tr = trace[0].to(torch.float64).cpu()
+    if not bool((tr > 0).any()):
+        raise ValueError("the timeline is empty: build the extension with KOG_TRACE=1 (setup.py) to compile the marks in")
+    num_layers = tr.shape[0] - 1
+    if num_layers < 3:
+        raise ValueError("a timeline summary needs at least 3 layers")
+    down = _EV["kEvDownDone"]
+
+    def done(layer: int) -> float:
+        v = tr[layer, down]
+        return float(v[v > 0].max())
+
+    starts = [done(layer - 1) for layer in range(1, num_layers)]
+    ends = [done(layer) for layer in range(1, num_layers)]
+    spans = []
+    for name, ev in _EV.items():
+        firsts, meds, lasts, counts = [], [], [], []
+        for layer, t0 in zip(range(1, num_layers), starts):
+            v = tr[layer, ev]
+            v = v[v > 0]
+            if v.numel() == 0:
+                continue
+            rel = (v - t0) / 1e3
+            firsts.append(float(rel.min()))
+            meds.append(float(rel.median()))
+            lasts.append(float(rel.max()))
+            counts.append(v.numel())
+        if counts:
+            spans.append(EventSpan(name[3:], statistics.median(firsts), statistics.median(meds),
+                                   statistics.median(lasts), int(statistics.median(counts))))  # fmt: skip
+    lm = tr[num_layers, _EV["kEvQkvDone"]]
+    lm_end = float(lm[lm > 0].max()) if (lm > 0).any() else float("nan")
+    nz = tr[tr > 0]
+    return Timeline(
+        layer_us=statistics.median(e - s for s, e in zip(starts, ends)) / 1e3,
+        events=tuple(spans),
+        lm_us=(lm_end - done(num_layers - 1)) / 1e3,
+        total_us=(float(nz.max()) - float(nz.min())) / 1e3,
+    )
+
+
+def format_timeline(t: Timeline) -> str:
+    lines = [
+        f"typical layer {t.layer_us:.1f} us; LM head {t.lm_us:.1f} us; token 0 total {t.total_us:.1f} us",
+        "us after the previous layer's down projection completed (median over layers 1..L-1):",
+        f"  {'event':<14}{'first':>8}{'median':>8}{'last':>8}{'blocks':>8}",
+    ]
+    lines += [f"  {e.event:<14}{e.first_us:>8.1f}{e.median_us:>8.1f}{e.last_us:>8.1f}{e.blocks:>8}" for e in t.events]
+    return "\n".join(lines)
