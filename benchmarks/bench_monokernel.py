@@ -115,9 +115,8 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
             "half layers": (dict(num_layers=s.num_layers // 2), wbytes - layer_bytes * (s.num_layers - s.num_layers // 2)),
             "1 layer, no LM head": (dict(num_layers=1, stage_n=[*[q.n for q in p.stages[:4]], nu], stage_chunks=[*[q.chunks for q in p.stages[:4]], 1]), layer_bytes),
             "ring 2 slots": (dict(num_slots=2), wbytes),
-            "L2 prefetch 0": (dict(prefetch_chunks=0), wbytes),
+            "L2 prefetch 6": (dict(prefetch_chunks=6), wbytes),
             "L2 prefetch 12": (dict(prefetch_chunks=12), wbytes),
-            "L2 prefetch 24": (dict(prefetch_chunks=24), wbytes),
         }  # fmt: skip
         for vname, (ov, byt) in cases.items():
             table = mk.variant_table(**ov)

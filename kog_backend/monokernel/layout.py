@@ -67,7 +67,7 @@ CONFIG: dict[str, int] = {
     "kHeaderBytes": 4096,
     "kBtCacheEntries": 512,
     "kMaxResidRows": 256,
-    "kPrefetchChunks": 6,
+    "kPrefetchChunks": 0,
     "kWarpStride": 256,
     "kMaxHidden": 8192,
     "kHeadsPerPass": 4,

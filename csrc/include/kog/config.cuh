@@ -27,9 +27,11 @@ struct MonoConfig {
   static constexpr int kBtCacheEntries = 512;
   // Residual values a block preloads for its O / down epilogues (rows it owns in one stage).
   static constexpr int kMaxResidRows = 256;
-  // Default number of chunks the loader keeps in flight into L2 beyond the ring (ModelArgs::prefetch_chunks):
-  // 6 x 32 KiB x 132 SMs = 25 MiB of the 60 MiB L2.
-  static constexpr int kPrefetchChunks = 6;
+  // Default number of chunks the loader keeps in flight into L2 beyond the ring (ModelArgs::prefetch_chunks).
+  // 0: measured 2026-12-02 on the H200 (benchmarks/NOTES.md), Llama-3.2-1B ctx 32 in one run: 0 chunks 1071 us,
+  // 6 chunks 1100 us, 12: 1289 us, 24: 1444 us -- with every SM's ring in flight HBM is already saturated, and the
+  // extra L2 traffic only competes with it. Kept as a benchmark variant.
+  static constexpr int kPrefetchChunks = 0;
 
   // GEMV: a warp's share of one row is a multiple of this many bf16 (32 lanes x 8 elements = one 16 B load each).
   static constexpr int kWarpStride = 32 * 8;

@@ -148,7 +148,7 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
       phase ^= 1u;
     }
     fill.advance(m, ntok);
-    if (!pref.done) {
+    if (ahead > 0 && !pref.done) {  // (ahead 0: no prefetch at all, not one of the chunk just copied)
       const Chunk pc = pref.chunk(m);
       bulk_prefetch_l2(pc.src0, pc.bytes0);
       if (pc.bytes1 != 0) bulk_prefetch_l2(pc.src1, pc.bytes1);
