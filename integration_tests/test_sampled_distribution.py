@@ -1,0 +1,57 @@
+"""Sampled decoding on the kog path follows stock's token distribution (temperature 0.8, top-p 0.9, on the
+small-vocabulary tiny-llama checkpoint), as a stated statistical test.
+
+Stock and kog (tokens_per_step 16 with the KogScheduler: the production multi-token setting) each answer N single
+requests one at a time, so every kog decode step runs on the kog path (sampled requests take one token per step
+there, with vLLM's own sampler on kog's logits). No seeds: the samples are independent. Output position 0 comes
+from the prefill (stock on both engines), so tokens at positions 1..T-1 are pooled per engine and the two pools
+must pass a chi-square test of homogeneity (integration_tests/stats.py) at p >= 1e-3: a false alarm once in a
+thousand runs. Power, from the helper's unit test: a doubled temperature is rejected at p < 1e-6 with 5,000 draws
+per side; here each side has N x (T - 1) = 10,500.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from stats import chi2_homogeneity
+from vllm_helpers import engine_kwargs, kog_kwargs, kog_stats, random_prompts
+
+pytestmark = pytest.mark.vllm_gpu
+
+IMPL = os.environ.get("KOG_TEST_IMPL", "torch")  # run again with KOG_TEST_IMPL=monokernel
+N, T = 1500, 8
+SMALL = dict(gpu_memory_utilization=0.1, max_model_len=512)
+
+
+def _pooled(llm, prompt, sp) -> list[int]:
+    pooled: list[int] = []
+    for _ in range(N):
+        out = llm.generate([prompt], sp, use_tqdm=False)[0].outputs[0]
+        pooled += list(out.token_ids)[1:]
+    return pooled
+
+
+def test_sampled_tokens_follow_stock_distribution(checkpoint):
+    from vllm import LLM, SamplingParams
+
+    path = checkpoint("tiny-llama")
+    prompt = random_prompts(1, [16], 4000, seed=9)[0]
+    sp = SamplingParams(temperature=0.8, top_p=0.9, max_tokens=T, ignore_eos=True)
+    stock = LLM(model=path, **engine_kwargs(**SMALL))
+    want = _pooled(stock, prompt, sp)
+    kog = LLM(
+        model=path,
+        **kog_kwargs({"tokens_per_step": 16, "step_impl": IMPL}, scheduler_cls="kog_backend.scheduler.KogScheduler",
+                     async_scheduling=False, **SMALL),
+    )  # fmt: skip
+    before = kog_stats(kog)
+    got = _pooled(kog, prompt, sp)
+    after = kog_stats(kog)
+    assert after["kog_steps"] - before["kog_steps"] >= N * (T - 1), (before, after)
+    assert len(got) == len(want) == N * (T - 1)
+    stat, df, p = chi2_homogeneity(got, want)
+    print(f"\n[sampled {IMPL}] chi2={stat:.1f} df={df} p={p:.3g} distinct tokens kog={len(set(got))} stock={len(set(want))}")
+    assert p >= 1e-3, (stat, df, p)
