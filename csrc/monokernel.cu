@@ -23,13 +23,13 @@ namespace kog {
 
 namespace {
 
-template <int D>
+template <int D, bool kSampled>
 void launch(const StepArgs& step, int grid, int smem_bytes, cudaStream_t stream) {
   static bool attr_set[64] = {};
   int dev = 0;
   C10_CUDA_CHECK(cudaGetDevice(&dev));
   if (dev < 64 && !attr_set[dev]) {
-    const cudaError_t err = cudaFuncSetAttribute(monokernel_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    const cudaError_t err = cudaFuncSetAttribute(monokernel_kernel<D, kSampled>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                  MonoConfig::kMaxSmemBytes);
     TORCH_CHECK(err == cudaSuccess, "kog monokernel: cannot raise the shared-memory limit to ",
                 MonoConfig::kMaxSmemBytes, " bytes: ", cudaGetErrorString(err));
@@ -45,7 +45,7 @@ void launch(const StepArgs& step, int grid, int smem_bytes, cudaStream_t stream)
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, monokernel_kernel<D>, step);
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, monokernel_kernel<D, kSampled>, step);
   TORCH_CHECK(err == cudaSuccess, "kog monokernel launch failed (grid ", grid, ", ", MonoConfig::kThreads,
               " threads, ", smem_bytes, " B shared memory): ", cudaGetErrorString(err));
 }
@@ -61,7 +61,8 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
                      const at::Tensor& block_table, const at::Tensor& slot_mapping, at::Tensor& tokens_out,
                      const std::optional<at::Tensor>& logits_out, const std::optional<at::Tensor>& num_out,
                      const std::optional<at::Tensor>& stop_ids, at::Tensor& scratch, int64_t num_tokens,
-                     int64_t head_dim, int64_t grid, int64_t smem_bytes) {
+                     int64_t head_dim, int64_t grid, int64_t smem_bytes,
+                     const std::optional<at::Tensor>& sample_seed, double temperature) {
   const at::Device dev = model_args.device();
   check_cuda(model_args, "model_args", dev);
   TORCH_CHECK(model_args.scalar_type() == at::kByte && model_args.numel() == sizeof(ModelArgs),
@@ -110,6 +111,14 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
     TORCH_CHECK(num_out->scalar_type() == at::kInt && num_out->numel() >= 1, "kog monokernel: num_out must be int32 [1]");
     step.num_out = num_out->data_ptr<int32_t>();
   }
+  if (sample_seed.has_value()) {
+    check_cuda(*sample_seed, "sample_seed", dev);
+    TORCH_CHECK(sample_seed->scalar_type() == at::kLong && sample_seed->numel() == 1,
+                "kog monokernel: sample_seed must be int64 [1]");
+    TORCH_CHECK(temperature > 0.0, "kog monokernel: a sampled launch needs temperature > 0, got ", temperature);
+    step.sample_seed = sample_seed->data_ptr<int64_t>();
+    step.temperature = static_cast<float>(temperature);
+  }
   if (stop_ids.has_value() && stop_ids->numel() > 0) {
     check_cuda(*stop_ids, "stop_ids", dev);
     TORCH_CHECK(stop_ids->scalar_type() == at::kLong, "kog monokernel: stop_ids must be int64");
@@ -119,10 +128,12 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
 
   const c10::cuda::CUDAGuard guard(dev);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev.index()).stream();
+  const int g = static_cast<int>(grid), sm = static_cast<int>(smem_bytes);
+  const bool sampled = step.sample_seed != nullptr;
   if (head_dim == 64) {
-    launch<64>(step, static_cast<int>(grid), static_cast<int>(smem_bytes), stream);
+    sampled ? launch<64, true>(step, g, sm, stream) : launch<64, false>(step, g, sm, stream);
   } else {
-    launch<128>(step, static_cast<int>(grid), static_cast<int>(smem_bytes), stream);
+    sampled ? launch<128, true>(step, g, sm, stream) : launch<128, false>(step, g, sm, stream);
   }
 }
 

@@ -247,6 +247,41 @@ def test_consecutive_steps_and_multi_token(arch, head_dim):
     assert not errors, "\n".join(errors)
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.5])  # 1: no division; 0.5: division exact, whatever the rounding
+def test_sampled_burst_matches_vllm_sampler(temperature):
+    """A sampled K=6 launch draws, at every token, the token kog_backend.sampling.sample (vLLM's sampler bit for
+    bit, integration_tests/test_sampling_gpu.py) draws from that token's own logits with the same seed and the
+    token's input position; different seeds give different draws."""
+    from kog_backend.sampling import sample
+
+    w, caches, mk = _model("llama", 64, 4, True)
+    pos, slot, bt = _prepare(w, caches, 41, 17)
+    init = [c.clone() for c in caches]
+    v, k = w.shape.vocab_size, 6
+    ids, positions, slots = torch.tensor([321], device=DEV), torch.tensor([pos], device=DEV), torch.tensor([slot], device=DEV)
+    errors, draws = [], set()
+    for seed in (0, 12345, -7, 2**62 + 3):
+        for c, c0 in zip(caches, init):
+            c.copy_(c0)
+        logits = torch.full((k, v), float("nan"), dtype=torch.bfloat16, device=DEV)
+        tokens, count = mk.generate(ids, positions, bt, slots, k, logits_out=logits,
+                                    sample_seed=torch.tensor([seed], device=DEV), temperature=temperature)
+        n = int(count.item())
+        if n != k:
+            errors.append(f"seed {seed}: {n} tokens, expected {k}")
+            continue
+        got = tokens.tolist()
+        want = [sample(logits[i], temperature=temperature, seed=seed, position=pos + i).token for i in range(k)]
+        if got != want:
+            errors.append(f"seed {seed}: kernel drew {got}, vLLM's sampler on the kernel's logits draws {want}")
+        draws.add(tuple(got))
+    if mk.diagnostics() is not None:
+        errors.append(f"timeout: {mk.diagnostics()}")
+        mk.reset_counters()
+    assert not errors, "\n".join(errors)
+    assert len(draws) > 1, "four seeds drew the same six tokens"
+
+
 def test_bad_inputs_raise_clear_errors():
     w, caches, mk = _model("llama", 64, 4, True)
     bt = torch.zeros(8, dtype=torch.int32, device=DEV)
@@ -257,6 +292,8 @@ def test_bad_inputs_raise_clear_errors():
         mk.step(ids, torch.tensor([1], device=DEV), bt.long(), slot)
     with pytest.raises(RuntimeError, match="must be on"):
         mk.step(ids.cpu(), torch.tensor([1], device=DEV), bt, slot)
+    with pytest.raises(ValueError, match="temperature > 0"):
+        mk.generate(ids, torch.tensor([1], device=DEV), bt, slot, 2, sample_seed=torch.tensor([1], device=DEV))
 
 
 def test_unsupported_reason_names_the_problem():

@@ -2,8 +2,9 @@
 small-vocabulary tiny-llama checkpoint), as a stated statistical test.
 
 Stock and kog (tokens_per_step 16 with the KogScheduler: the production multi-token setting) each answer N single
-requests one at a time, so every kog decode step runs on the kog path (sampled requests take one token per step
-there, with vLLM's own sampler on kog's logits). No seeds: the samples are independent. Output position 0 comes
+requests one at a time, so every kog decode step runs on the kog path: with top-p, one token per step with vLLM's
+own sampler on kog's logits; with temperature only and the sampled_bursts option, all decode tokens of a request
+in one monokernel launch that samples them itself. No seeds: the samples are independent. Output position 0 comes
 from the prefill (stock on both engines), so tokens at positions 1..T-1 are pooled per engine and the two pools
 must pass a chi-square test of homogeneity (integration_tests/stats.py) at p >= 1e-3: a false alarm once in a
 thousand runs. Power, from the helper's unit test: a doubled temperature is rejected at p < 1e-6 with 5,000 draws
@@ -34,24 +35,36 @@ def _pooled(llm, prompt, sp) -> list[int]:
     return pooled
 
 
-def test_sampled_tokens_follow_stock_distribution(checkpoint):
+@pytest.mark.parametrize(
+    "case,sampling,options",
+    [
+        # top-p: one token per kog step, vLLM's sampler on kog's logits
+        ("top-p", dict(temperature=0.8, top_p=0.9), {"step_impl": IMPL}),
+        # temperature only, sampled bursts: the monokernel draws the tokens itself (16 per step)
+        ("bursts", dict(temperature=0.8), {"step_impl": "monokernel", "sampled_bursts": True}),
+    ],
+)
+def test_sampled_tokens_follow_stock_distribution(checkpoint, case, sampling, options):
     from vllm import LLM, SamplingParams
 
     path = checkpoint("tiny-llama")
     prompt = random_prompts(1, [16], 4000, seed=9)[0]
-    sp = SamplingParams(temperature=0.8, top_p=0.9, max_tokens=T, ignore_eos=True)
+    sp = SamplingParams(max_tokens=T, ignore_eos=True, **sampling)
     stock = LLM(model=path, **engine_kwargs(**SMALL))
     want = _pooled(stock, prompt, sp)
     kog = LLM(
         model=path,
-        **kog_kwargs({"tokens_per_step": 16, "step_impl": IMPL}, scheduler_cls="kog_backend.scheduler.KogScheduler",
+        **kog_kwargs({"tokens_per_step": 16, **options}, scheduler_cls="kog_backend.scheduler.KogScheduler",
                      async_scheduling=False, **SMALL),
     )  # fmt: skip
     before = kog_stats(kog)
     got = _pooled(kog, prompt, sp)
     after = kog_stats(kog)
-    assert after["kog_steps"] - before["kog_steps"] >= N * (T - 1), (before, after)
+    steps, tokens = after["kog_steps"] - before["kog_steps"], after["kog_tokens"] - before["kog_tokens"]
+    assert tokens >= N * (T - 1), (before, after)
+    if case == "bursts":
+        assert steps == N, (steps, tokens)  # one kog step per request: all T - 1 decode tokens in one launch
     assert len(got) == len(want) == N * (T - 1)
     stat, df, p = chi2_homogeneity(got, want)
-    print(f"\n[sampled {IMPL}] chi2={stat:.1f} df={df} p={p:.3g} distinct tokens kog={len(set(got))} stock={len(set(want))}")
+    print(f"\n[{case} {options}] chi2={stat:.1f} df={df} p={p:.3g} kog steps={steps} tokens={tokens}")
     assert p >= 1e-3, (stat, df, p)

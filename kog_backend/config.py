@@ -29,6 +29,11 @@ class KogConfig:
     step_impl: str = "auto"
     # Tokens generated per engine step on the kog path (K). 1 until the multi-token path lands.
     tokens_per_step: int = 1
+    # With K > 1 and the monokernel: also burst requests that sample with a temperature and no top-k, top-p or
+    # min-p (the kernel draws vLLM's Gumbel-max tokens itself). Off until verified on a GPU against vLLM's
+    # sampler (integration_tests/test_monokernel_gpu.py::test_sampled_burst_matches_vllm_sampler); off, such
+    # requests run the kog path one token per step with vLLM's own sampler.
+    sampled_bursts: bool = False
     # Where workers write their fallback counters for `kog stats` ("" = $KOG_STATE_DIR or /tmp/kog_backend).
     state_dir: str = ""
 

@@ -38,6 +38,7 @@ _GREEDY_TEMPERATURE = 1e-5  # vLLM's SamplingParams: temperature below this is g
 class _KogRequest:
     reason: str | None  # why this request never takes the kog path, or None
     greedy: bool
+    burst_temperature: float | None  # sampled_burst_temperature(sp): the monokernel may sample its bursts itself
     prompt_len: int
     max_tokens: int
     stop_ids: tuple[int, ...]  # EOS (unless ignore_eos) and stop_token_ids: the monokernel ends a burst there
@@ -51,6 +52,16 @@ def _stop_ids(sp: Any) -> tuple[int, ...]:
     if not sp.ignore_eos and sp.eos_token_id is not None:
         ids.add(sp.eos_token_id)
     return tuple(sorted(ids))
+
+
+def sampled_burst_temperature(sp: Any) -> float | None:
+    """The temperature of a request whose tokens the monokernel can draw itself in a burst: temperature sampling
+    with no top-k, top-p or min-p (those need the whole row sorted). None for greedy and every other request."""
+    if sp is None or sp.temperature < _GREEDY_TEMPERATURE:
+        return None
+    if (sp.top_k or 0) > 0 or sp.top_p < 1.0 or sp.min_p > 0.0:
+        return None
+    return float(sp.temperature)
 
 
 def burst_length(tokens_per_step: int, position: int, prompt_len: int, max_tokens: int, max_model_len: int) -> int:
@@ -197,6 +208,7 @@ class KogModelRunner(GPUModelRunnerV2):
             self._kog_requests[new.req_id] = _KogRequest(
                 reason=eligibility.request_unsupported_reason(sp, new.lora_request, new.pooling_params),
                 greedy=sp is not None and sp.temperature < _GREEDY_TEMPERATURE,
+                burst_temperature=sampled_burst_temperature(sp),
                 prompt_len=len(new.prompt_token_ids or ()),
                 max_tokens=(sp.max_tokens if sp is not None and sp.max_tokens is not None else 1),
                 stop_ids=_stop_ids(sp),
@@ -254,7 +266,7 @@ class KogModelRunner(GPUModelRunnerV2):
         request = self._kog_requests[input_batch.req_ids[0]]
         position = int(input_batch.num_computed_tokens_np[0])
         k = 1
-        if request.greedy and self._kog_tokens_per_step > 1:
+        if self._kog_tokens_per_step > 1 and (request.greedy or self._kog_samples_bursts(request)):
             k = burst_length(
                 self._kog_tokens_per_step, position, request.prompt_len, request.max_tokens, self.max_model_len
             )
@@ -277,6 +289,16 @@ class KogModelRunner(GPUModelRunnerV2):
         )
         self.kog_counters.record_kog(k)
         return None
+
+    def _kog_samples_bursts(self, request: _KogRequest) -> bool:
+        """A sampled request bursts only on the monokernel, with the sampled_bursts option on and vLLM's fp32
+        Gumbel noise (the kernel does not implement use_fp64_gumbel)."""
+        return (
+            self.kog_config.sampled_bursts
+            and self._kog_mk is not None
+            and request.burst_temperature is not None
+            and not getattr(self.sampler, "use_fp64_gumbel", False)
+        )
 
     def _kog_torch_burst(
         self, input_batch: Any, block_table: torch.Tensor, slot: torch.Tensor, k: int
@@ -318,7 +340,8 @@ class KogModelRunner(GPUModelRunnerV2):
         self, input_batch: Any, block_table: torch.Tensor, slot_mapping: torch.Tensor, request: _KogRequest, k: int
     ) -> torch.Tensor:
         """One launch. k == 1: the kernel writes the logits and vLLM's sampler picks the token in sample_tokens
-        (exact vLLM semantics for every sampling setting). k > 1 (greedy): the kernel generates up to k tokens,
+        (exact vLLM semantics for every sampling setting). k > 1 (greedy, or temperature-only sampling with the
+        sampled_bursts option): the kernel generates up to k tokens,
         ending early after a stop id; `sample` hands them to vLLM."""
         mk = self._kog_mk
         input_ids, positions = input_batch.input_ids[:1], input_batch.positions[:1]
@@ -330,7 +353,14 @@ class KogModelRunner(GPUModelRunnerV2):
             if stop is None:
                 stop = torch.tensor(request.stop_ids or (-1,), dtype=torch.int64, device=self.device)
                 self._kog_stop_tensors[request.stop_ids] = stop
-            tokens, count = mk.generate(input_ids, positions, block_table, slot_mapping, k, stop_ids=stop)
+            seed, temperature = None, 0.0
+            if not request.greedy:  # _kog_samples_bursts: the request's seed as vLLM's sampler holds it
+                seed = self.sampler.sampling_states.seeds.gpu[input_batch.idx_mapping[:1].long()]
+                temperature = request.burst_temperature
+            tokens, count = mk.generate(
+                input_ids, positions, block_table, slot_mapping, k, stop_ids=stop, sample_seed=seed,
+                temperature=temperature,
+            )
             self._kog_burst = (tokens.view(1, k), count, 1 - count)
         # sample_tokens reads no hidden state on the kog path (no prompt logprobs, no speculator).
         return self._kog_mk_logits

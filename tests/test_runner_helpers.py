@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from vllm.sampling_params import SamplingParams
 
-from kog_backend.runner import _stop_ids, burst_length
+from kog_backend.runner import _stop_ids, burst_length, sampled_burst_temperature
 
 
 @pytest.mark.parametrize(
@@ -43,3 +43,19 @@ def test_stop_ids_follow_check_stop():
     sp.update_from_generation_config({}, 2)
     assert _stop_ids(sp) == (5,)
     assert _stop_ids(None) == ()
+
+
+@pytest.mark.parametrize(
+    "kwargs,want",
+    [
+        (dict(temperature=0.0), None),  # greedy bursts on its own path
+        (dict(temperature=0.8), 0.8),
+        (dict(temperature=1.0, top_k=-1, top_p=1.0, min_p=0.0), 1.0),  # vllm bench latency's request
+        (dict(temperature=0.8, top_p=0.9), None),  # top-p needs the whole row sorted: vLLM's sampler, K = 1
+        (dict(temperature=0.8, top_k=50), None),
+        (dict(temperature=0.8, min_p=0.05), None),
+    ],
+)
+def test_sampled_burst_temperature(kwargs, want):
+    assert sampled_burst_temperature(SamplingParams(**kwargs)) == want
+    assert sampled_burst_temperature(None) is None

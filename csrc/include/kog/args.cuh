@@ -86,6 +86,8 @@ struct StepArgs {
   bf16* logits_out;            // [num_tokens, logits_stride] or null
   int32_t* num_out;            // [1] tokens produced, or null
   const int64_t* stop_ids;     // [num_stop] or null
+  const int64_t* sample_seed;  // [1] the request's vLLM sampling seed, or null: greedy
+  float temperature;           // > 0 with sample_seed: Gumbel-max sampling as vLLM's sampler (no top-k/top-p/min-p)
   int64_t logits_stride;
   int32_t ids_int64;
   int32_t block_table_len;

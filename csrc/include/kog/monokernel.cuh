@@ -18,6 +18,7 @@
 #include "kog/lm_head.cuh"
 #include "kog/numerics.cuh"
 #include "kog/rmsnorm.cuh"
+#include "kog/sampling.cuh"
 #include "kog/sync.cuh"
 #include "kog/trace.cuh"
 
@@ -206,7 +207,7 @@ __device__ __forceinline__ void gather_rows(float* resid, const bf16* src, int c
   }
 }
 
-template <int D>
+template <int D, bool kSampled>
 __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHeader& hdr, bf16* x_s, float* work,
                               uint8_t* ring_base, uint32_t epoch0) {
   using C = MonoConfig;
@@ -365,6 +366,10 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
       const int mine = chunks_owned(c0, static_cast<int>(n_lm), G);
       bf16* logits = step.logits_out != nullptr ? step.logits_out + static_cast<int64_t>(t) * step.logits_stride
                                                 : m.logits_scratch;
+      // kSampled (a separate instantiation, so the greedy kernel carries none of it): vLLM's Gumbel-max on this
+      // token's logits (sampling.cuh), keyed by (seed, position of the token whose logits these are) as vLLM's
+      // sampler keys it; the row key is the same for every row.
+      const uint32_t rkey = kSampled ? rng::row_key(__ldg(step.sample_seed), pos) : 0u;
       uint64_t best = 0;
       if (mine > 0) {
         consumer_wait(ctrs, layer_counter_index(L - 1, nkv, C::kStageDown), next * n_down);
@@ -373,7 +378,12 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
         consume_stage<false>(m, hdr, ring, x_s, C::kStageLM, c0, [&](int r, int, float v, float) {
           const float lv = round_bf16(v);
           st_bf16(logits, r, lv);
-          const uint64_t k = argmax_key(lv, static_cast<uint32_t>(r));
+          uint64_t k;
+          if constexpr (kSampled) {
+            k = sampling::sampled_key(lv, static_cast<uint32_t>(r), step.temperature, rkey);
+          } else {
+            k = argmax_key(lv, static_cast<uint32_t>(r));
+          }
           best = k > best ? k : best;
         });
       }
@@ -423,7 +433,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
   }
 }
 
-template <int D>
+template <int D, bool kSampled>
 __global__ void __launch_bounds__(MonoConfig::kThreads, 1) monokernel_kernel(const __grid_constant__ StepArgs step) {
   extern __shared__ __align__(128) uint8_t smem[];
   SmemHeader& hdr = *reinterpret_cast<SmemHeader*>(smem);
@@ -445,7 +455,7 @@ __global__ void __launch_bounds__(MonoConfig::kThreads, 1) monokernel_kernel(con
     return;
   }
   const uint32_t epoch0 = ld_relaxed(counter(m.counters, kCtrEpoch));
-  run_consumers<D>(m, step, hdr, reinterpret_cast<bf16*>(smem + MonoConfig::kHeaderBytes),
+  run_consumers<D, kSampled>(m, step, hdr, reinterpret_cast<bf16*>(smem + MonoConfig::kHeaderBytes),
                    reinterpret_cast<float*>(smem + MonoConfig::kHeaderBytes), ring, epoch0);
 }
 
