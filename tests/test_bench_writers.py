@@ -100,7 +100,10 @@ def test_table_and_chart_name_non_default_engine_arguments(tmp_path):
     rep = fake_report()
     assert "engine arguments" not in format_table(rep)
     rep.settings["engine_args"] = {"enforce_eager": True}
-    assert 'engine arguments on both sides: {"enforce_eager": true}' in format_table(rep)
+    rep.settings["kog_options"] = {"step_impl": "monokernel"}
+    text = format_table(rep)
+    assert 'engine arguments on both sides: {"enforce_eager": true}' in text
+    assert 'kog options: {"step_impl": "monokernel"}' in text
     from kog_backend.bench.chart import write_chart
 
     path = str(tmp_path / "eager.png")
@@ -204,6 +207,14 @@ def test_command_end_to_end(tmp_path, monkeypatch):
     assert m.row("stock").ms_per_token == pytest.approx(2.0) and m.row("kog").ms_per_token == pytest.approx(0.8)
     assert m.speedup == pytest.approx(2.5) and m.tokens_match is True
     assert rep.host["gpu"] == "FakeGPU" and rep.settings["tokens_per_step"] == 4
+    # The main job measures kog's speed path unless told otherwise; options given on the command line win.
+    assert calls[1]["kog_options"] == {"step_impl": "monokernel"}
+    assert rep.settings["kog_options"] == {"step_impl": "monokernel"}
+    calls.clear()
+    args = _args(tmp_path, "--model", str(ckpt), "--new-tokens", "64", "--kog-options", '{"step_impl": "torch"}',
+                 "--only", "kog", "--no-chart")
+    assert bench_cmd.run(args) == 0
+    assert calls[0]["kog_options"] == {"step_impl": "torch"} and calls[0]["tokens_per_step"] == 16
 
 
 def test_command_exit_status_when_kog_never_ran(tmp_path, monkeypatch, capsys):

@@ -37,6 +37,8 @@ def header_lines(report: BenchReport) -> list[str]:
         )
         if s.get("engine_args"):
             lines.append(f"engine arguments on both sides: {json.dumps(s['engine_args'], sort_keys=True)}")
+        if s.get("kog_options"):
+            lines.append(f"kog options: {json.dumps(s['kog_options'], sort_keys=True)}")
     else:
         lines.append(
             f"streaming /v1/completions, one request at a time, prompt {s.get('prompt_len')} token ids, "
