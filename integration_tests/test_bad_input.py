@@ -5,11 +5,9 @@ the checkpoints are tiny."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
-
 import pytest
 
-from vllm_helpers import engine_kwargs, kog_kwargs, random_prompts
+from vllm_helpers import engine_kwargs, kog_kwargs, random_prompts, run_in_spawned_child
 
 pytestmark = pytest.mark.vllm_gpu
 
@@ -39,16 +37,7 @@ def _child(queue, path, kwargs, probe):
 
 
 def _generate(path, kwargs, probe=None):
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(queue, path, kwargs, probe))
-    proc.start()
-    try:
-        return queue.get(timeout=300)
-    finally:
-        proc.join(60)
-        if proc.is_alive():
-            proc.kill()
+    return run_in_spawned_child(_child, path, kwargs, probe)
 
 
 @pytest.fixture(scope="module")

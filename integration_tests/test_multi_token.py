@@ -7,12 +7,11 @@ number of engine steps differs), and kog at K = 1 agrees with stock under teache
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 
 import pytest
 
-from vllm_helpers import first_mismatch, kog_kwargs, kog_stats, random_prompts, token_ids
+from vllm_helpers import first_mismatch, kog_kwargs, kog_stats, random_prompts, run_in_spawned_child, token_ids
 
 pytestmark = pytest.mark.vllm_gpu
 
@@ -101,20 +100,6 @@ def _staggered_child(queue, path, kwargs, prompts, max_tokens, first_tokens_befo
     queue.put((produced, joined_at, worker.kog_stats()))
 
 
-def _staggered(path, kwargs, prompts, max_tokens, first_tokens_before_second):
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    args = (queue, path, kwargs, prompts, max_tokens, first_tokens_before_second)
-    proc = ctx.Process(target=_staggered_child, args=args)
-    proc.start()
-    try:
-        return queue.get(timeout=300)
-    finally:
-        proc.join(60)
-        if proc.is_alive():
-            proc.kill()
-
-
 def test_staggered_second_request(checkpoint):
     """A second request arrives mid-burst: both requests' tokens equal those of K = 1 with the second request
     arriving after the same number of the first request's tokens. No token lost, duplicated or reordered.
@@ -126,8 +111,8 @@ def test_staggered_second_request(checkpoint):
     prompts = random_prompts(2, [20, 28], vocab, seed=23)
     # K=16: prefill step (1 token), then one burst (16 tokens): the second request arrives after 17 tokens.
     kw = dict(gpu_memory_utilization=0.25)
-    kog16, joined16, stats16 = _staggered(path, multi_kwargs(16, **kw), prompts, 80, 17)
-    ref, joined1, stats1 = _staggered(path, multi_kwargs(1, **kw), prompts, 80, 17)
+    kog16, joined16, stats16 = run_in_spawned_child(_staggered_child, path, multi_kwargs(16, **kw), prompts, 80, 17)
+    ref, joined1, stats1 = run_in_spawned_child(_staggered_child, path, multi_kwargs(1, **kw), prompts, 80, 17)
     assert joined16 == joined1 == 17, (joined16, joined1)
     assert stats16["kog_tokens"] >= 16 and stats16["fallbacks"].get("batch of several requests", 0) > 0, stats16
     assert kog16["r1"] == ref["r1"], first_mismatch(kog16["r1"], ref["r1"])

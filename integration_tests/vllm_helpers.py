@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import random
 
 KOG_WORKER = "kog_backend.worker.KogWorker"
@@ -50,3 +51,19 @@ def kog_stats(llm) -> dict:
             total["fallbacks"][reason] = total["fallbacks"].get(reason, 0) + n
         total["disabled_reason"] = total["disabled_reason"] or s["disabled_reason"]
     return total
+
+
+def run_in_spawned_child(target, *args, timeout: float = 300.0):
+    """target(queue, *args) in a spawned process; returns what it put on the queue. The child's GPU memory is
+    returned when it exits (engines in one pytest process otherwise keep theirs); a child still alive 60 s after
+    answering is killed."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=target, args=(queue, *args))
+    proc.start()
+    try:
+        return queue.get(timeout=timeout)
+    finally:
+        proc.join(60)
+        if proc.is_alive():
+            proc.kill()
