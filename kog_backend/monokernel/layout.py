@@ -72,6 +72,7 @@ CONFIG: dict[str, int] = {
     "kMaxHidden": 8192,
     "kHeadsPerPass": 4,
     "kAttnUnroll": 4,
+    "kCombineBatch": 16,
     "kNumStages": NUM_STAGES,
     "kCounterStride": 8,
     "kVersion": 1,

@@ -234,28 +234,42 @@ __device__ void attention_task(const ModelArgs& m, const LayerArgs& L, const Att
   }
   consumer_sync();
   if (bcast[0] == 0) return;
+  // kCombineBatch splits per round trip: a batch's loads are all issued before any is used (one L2 round trip per
+  // batch instead of one per split: measured 7.4 us for the sixteen splits of ctx 32 when loaded one split at a
+  // time, benchmarks/NOTES.md). Within a batch: M_b = max m_j, then sums in split order; batches merge with the
+  // usual rescaling (S <= kCombineBatch: exactly reference.combine_splits' formula).
+  constexpr int kB = MonoConfig::kCombineBatch;
   for (int idx = tid; idx < g * D; idx += MonoConfig::kConsumerThreads) {
     const int i = idx / D, d = idx - (idx / D) * D;
     const int head = kvh * g + i;
     const float* ml = L.attn_ml + static_cast<size_t>(head) * S * 2;
     const float* ac = L.attn_acc + static_cast<size_t>(head) * S * D + d;
-    // One pass, rescaling when the running maximum grows (all of a split's loads are independent of the
-    // running state, so they can be in flight together).
     float M = -INFINITY, num = 0.f, den = 0.f;
-    for (int j = 0; j < S; ++j) {
-      const float mj = ld_cg_f32(ml + 2 * j);
-      const float lj = ld_cg_f32(ml + 2 * j + 1);
-      const float aj = ld_cg_f32(ac + static_cast<size_t>(j) * D);
-      if (mj == -INFINITY) continue;
-      if (mj > M) {
-        const float c = exp2_or_zero(M, mj);
+    for (int j0 = 0; j0 < S; j0 += kB) {
+      float mj[kB], lj[kB], aj[kB];
+#pragma unroll
+      for (int u = 0; u < kB; ++u) {
+        const bool in = j0 + u < S;
+        mj[u] = in ? ld_cg_f32(ml + 2 * (j0 + u)) : -INFINITY;
+        lj[u] = in ? ld_cg_f32(ml + 2 * (j0 + u) + 1) : 0.f;
+        aj[u] = in ? ld_cg_f32(ac + static_cast<size_t>(j0 + u) * D) : 0.f;
+      }
+      float mb = -INFINITY;
+#pragma unroll
+      for (int u = 0; u < kB; ++u) mb = fmaxf(mb, mj[u]);
+      if (mb == -INFINITY) continue;
+      if (mb > M) {
+        const float c = exp2_or_zero(M, mb);
         num *= c;
         den *= c;
-        M = mj;
+        M = mb;
       }
-      const float c = exp2f(mj - M);
-      den = fmaf(c, lj, den);
-      num = fmaf(c, aj, num);
+#pragma unroll
+      for (int u = 0; u < kB; ++u) {
+        const float c = exp2_or_zero(mj[u], M);
+        den = fmaf(c, lj[u], den);
+        num = fmaf(c, aj[u], num);
+      }
     }
     reinterpret_cast<uint16_t*>(L.attn_out)[head * D + d] = f2bf_bits(num / den);
   }

@@ -43,6 +43,8 @@ struct MonoConfig {
   // each lane group loads ahead (16 B of K and of V each).
   static constexpr int kHeadsPerPass = 4;
   static constexpr int kAttnUnroll = 4;
+  // Attention splits whose partials the combining block loads in one round trip (S = 16 for 8 KV heads on 132 SMs).
+  static constexpr int kCombineBatch = 16;
 
   // Stages a layer runs through, in order; also the index of its counter in the per-layer counter block.
   static constexpr int kStageQKV = 0;

@@ -276,9 +276,11 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
       const LayerArgs* prev = l > 0 ? &m.layers[l - 1] : nullptr;
       const bf16* rin = l == 0 ? emb : prev->rin_next;
 
+      int qkv_mine = 0, gu_mine = 0;  // chunks this block owns in the QKV / gate/up stage of this layer
       {  // QKV projection of rmsnorm(residual)
         const int c0 = first_chunk(b, base, G);
         const int mine = chunks_owned(c0, static_cast<int>(n_qkv), G);
+        qkv_mine = mine;
         if (mine > 0) {
           if (l == 0) {
             rmsnorm_to_smem(x_s, nullptr, emb, La.input_norm, H, eps, hdr.red_norm);
@@ -308,8 +310,12 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
         const int c0 = first_chunk(b, base, G);
         const int mine = chunks_owned(c0, static_cast<int>(n_o), G);
         if (mine > 0) {
-          consumer_wait(ctrs, layer_counter_index(l, nkv, kCtrAttnDone), next * static_cast<uint32_t>(nkv));
+          // The residual rows first: they are ready before attention is (layer input), so their round trip
+          // leaves the critical path. rin is complete once the previous layer's down stage is (this block waited
+          // for it in its QKV stage, or waits here: then already satisfied in practice).
+          if (l > 0 && qkv_mine == 0) consumer_wait(ctrs, layer_counter_index(l - 1, nkv, C::kStageDown), next * n_down);
           gather_rows(hdr.resid, rin, c0, mine, static_cast<int>(m.stage_nu[C::kStageO]), H);
+          consumer_wait(ctrs, layer_counter_index(l, nkv, kCtrAttnDone), next * static_cast<uint32_t>(nkv));
           copy_to_smem(x_s, La.attn_out, nh * D);
           if (tid == 0) tr.mark(t, l, kEvOReady);
           consume_stage<false>(m, hdr, ring, x_s, C::kStageO, c0, [&](int r, int k, float v, float) {
@@ -326,6 +332,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
       {  // gate/up of rmsnorm(o + rin), SiLU(gate) * up
         const int c0 = first_chunk(b, base, G);
         const int mine = chunks_owned(c0, static_cast<int>(n_gu), G);
+        gu_mine = mine;
         if (mine > 0) {
           consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageO), next * n_o);
           rmsnorm_to_smem(x_s, La.o_out, rin, La.post_norm, H, eps, hdr.red_norm);
@@ -344,8 +351,10 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
         const int c0 = first_chunk(b, base, G);
         const int mine = chunks_owned(c0, static_cast<int>(n_down), G);
         if (mine > 0) {
-          consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageGU), next * n_gu);
+          // rmid is complete with the O stage (this block waited for it in its gate/up stage, or waits here).
+          if (gu_mine == 0) consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageO), next * n_o);
           gather_rows(hdr.resid, La.rmid, c0, mine, static_cast<int>(m.stage_nu[C::kStageDown]), H);
+          consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageGU), next * n_gu);
           copy_to_smem(x_s, La.act, I);
           if (tid == 0) tr.mark(t, l, kEvDownReady);
           consume_stage<false>(m, hdr, ring, x_s, C::kStageDown, c0, [&](int r, int k, float v, float) {
