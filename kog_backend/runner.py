@@ -172,10 +172,11 @@ class KogModelRunner(GPUModelRunnerV2):
         )
 
     def _kog_select_impl(self) -> str | None:
-        """'torch' or 'monokernel'. `auto` selects the torch step until the monokernel's parity with stock inside
-        vLLM has been shown on the device (integration_tests/test_teacher_forcing.py with step_impl=monokernel);
-        `monokernel` asks for it explicitly and turns kog off, with the reason, where it cannot run."""
-        if self.kog_config.step_impl != "monokernel":
+        """'torch' or 'monokernel'. `auto` and `monokernel` select the monokernel and turn kog off, with the
+        reason, where it cannot run (the requests are then served stock: the torch step is slower than stock, so
+        it runs only when asked for with `torch`). The monokernel's parity with stock inside vLLM was shown on the
+        H200 on 2026-12-02 (teacher forcing, multi-token, sampled bursts: benchmarks/NOTES.md)."""
+        if self.kog_config.step_impl == "torch":
             return "torch"
         from kog_backend import ops
 

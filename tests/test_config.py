@@ -21,7 +21,7 @@ def test_defaults():
     cfg = KogConfig.from_dict(None)
     assert cfg == KogConfig.from_dict({}) == KogConfig()
     assert (cfg.enabled, cfg.step_impl, cfg.tokens_per_step, cfg.state_dir) == (True, "auto", 1, "")
-    assert cfg.sampled_bursts is False  # off until verified on a GPU
+    assert cfg.sampled_bursts is True  # GPU-verified 2026-12-02 (config.py)
 
 
 def test_worker_cls_names_the_kog_worker():

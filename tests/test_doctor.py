@@ -138,7 +138,7 @@ def test_driver_unknown_is_a_warning():
 def test_extension_missing_is_a_warning():
     res = checks.run_checks(FakeProbe(ext=(False, "OSError: libkog.so: cannot open shared object file")))
     c = by_name(res)["extension"]
-    assert c.status == "warn" and "torch step" in c.summary and "cannot open" in c.summary
+    assert c.status == "warn" and "serves stock" in c.summary and "cannot open" in c.summary
     assert checks.exit_status(res) == 0
 
 

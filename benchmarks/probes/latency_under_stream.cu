@@ -1,6 +1,6 @@
 // Latency of the monokernel's dependent accesses while the other SMs stream weights (standalone; no torch).
 //
-// Blocks 2..G-1 (and block 0 with --probe-streams) run the monokernel's loader pattern: one lane keeps `slots`
+// Blocks 2..G-1 (and block 0 in the probeSM = 1 rows) run the monokernel's loader pattern: one lane keeps `slots`
 // bulk copies of 32 KiB in flight into shared memory from a 4 GiB buffer (chunk c of block b: c = b + k G).
 // Block 0 measures, after a 30 us warm-up, each as the mean of a dependent chain:
 //   chase   ld.global.cg pointer chase over a 64 KiB L2-resident table
@@ -8,7 +8,7 @@
 //   atom    atom.acq_rel.gpu.add chain on one word
 //   flush   256 B of st.global then atom.acq_rel (the release waits for the stores)
 //   pingpong  block 0 st.release / block 1 ld.acquire poll and answer: one round trip (two hand-offs)
-// and the stream's bandwidth over the probe window (bytes the loaders completed / time).
+// and the stream's bandwidth over block 0's measurement window (copies completed, published every 8 chunks).
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/latency_probe benchmarks/probes/latency_under_stream.cu
 //   /tmp/latency_probe            (prints one row per ring depth, 0 = no stream)
@@ -76,6 +76,7 @@ __device__ void stream(const Args& a, uint64_t* full, uint8_t* ring) {
   int issued = 0;
   for (int it = 0;; ++it) {
     const int s = it % a.slots;
+    if (ld_rlx(a.flags) != 0u) break;  // (before the wait: the drain below waits for every copy not yet waited)
     if (issued >= a.slots) {  // wait for this slot's previous copy
       const uint32_t par = (phase_bits >> s) & 1u;
       for (const uint64_t ts = gtime(); gtime() - ts < kSpinNs;) {
@@ -86,8 +87,11 @@ __device__ void stream(const Args& a, uint64_t* full, uint8_t* ring) {
       }
       phase_bits ^= 1u << s;
       done += kSlot;
+      if ((done & (8ull * kSlot - 1)) == 0) {  // publish progress every 8 chunks for the probe window's GB/s
+        atomicAdd(a.bytes, 8ull * kSlot);
+        done = 0;
+      }
     }
-    if (ld_rlx(a.flags) != 0u) break;
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(&full[s])), "r"(kSlot) : "memory");
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
@@ -97,9 +101,9 @@ __device__ void stream(const Args& a, uint64_t* full, uint8_t* ring) {
     ++issued;
     c += G;
   }
-  // Drain what is still in flight before the block exits.
+  // Drain what is still in flight before the block exits: the last min(slots, issued) copies.
   for (int k = 0; k < a.slots && k < issued; ++k) {
-    const int s = (issued + k) % a.slots;
+    const int s = (issued - 1 - k) % a.slots;
     const uint32_t par = (phase_bits >> s) & 1u;
     for (const uint64_t ts = gtime(); gtime() - ts < kSpinNs;) {
       uint32_t ok;
@@ -108,7 +112,6 @@ __device__ void stream(const Args& a, uint64_t* full, uint8_t* ring) {
       if (ok) break;
     }
   }
-  atomicAdd(a.bytes, static_cast<unsigned long long>(done));
 }
 
 __global__ void __launch_bounds__(64, 1) probe(Args a) {
@@ -144,6 +147,8 @@ __global__ void __launch_bounds__(64, 1) probe(Args a) {
   while (gtime() - t_start < 30000) {
   }
   // chase (cg)
+  const unsigned long long bytes0 = *reinterpret_cast<volatile unsigned long long*>(a.bytes);
+  const uint64_t w0 = gtime();
   uint32_t j = 0;
   for (int i = 0; i < kChase / 64; ++i) j = __ldcg(a.table + j);  // warm the table into L2
   uint64_t t0 = gtime();
@@ -177,7 +182,7 @@ __global__ void __launch_bounds__(64, 1) probe(Args a) {
   }
   t1 = gtime();
   a.out[4] = double(t1 - t0) / 256;
-  a.out[5] = double(t1 - t_start);
+  a.out[5] = double(*reinterpret_cast<volatile unsigned long long*>(a.bytes) - bytes0) / double(t1 - w0);  // GB/s
   a.out[6] = acc;
   st_rel(a.flags, 1u);
 }
@@ -214,21 +219,12 @@ int main() {
       CK(cudaMemset(flags, 0, 4096));
       CK(cudaMemset(bytes, 0, 8));
       Args a{w, wbytes / kSlot, dt, flags, bytes, out, c[0], c[1]};
-      cudaEvent_t e0, e1;
-      CK(cudaEventCreate(&e0));
-      CK(cudaEventCreate(&e1));
-      CK(cudaEventRecord(e0));
       probe<<<nsm, 64, 1024 + (c[0] > 0 ? c[0] : 1) * kSlot>>>(a);
-      CK(cudaEventRecord(e1));
       CK(cudaGetLastError());
       CK(cudaDeviceSynchronize());
-      float ms = 0;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      unsigned long long nb = 0;
-      CK(cudaMemcpy(&nb, bytes, 8, cudaMemcpyDeviceToHost));
       if (rep == 1)
         printf("%-6d %-7d %8.0f %8.0f %8.0f %8.0f %10.0f %9.0f\n", c[0], c[1], out[0], out[1], out[2], out[3], out[4],
-               nb / (ms * 1e-3) / 1e9);
+               out[5]);
     }
   }
   return 0;

@@ -135,7 +135,7 @@ def check_extension(probe: Any) -> Check:
     ok, detail = probe.extension()
     if ok:
         return Check("extension", "ok", f"kog_backend._C loads ({detail})")
-    return Check("extension", "warn", f"monokernel unavailable, the kog path runs the torch step (slow): {detail}",
+    return Check("extension", "warn", f"monokernel unavailable, kog turns itself off and vLLM serves stock: {detail}",
                  "build it: KOG_BUILD_EXT=1 pip install --no-build-isolation -e . (needs nvcc 13)")
 
 
