@@ -80,14 +80,15 @@ CONFIG: dict[str, int] = {
     "attn_work_floats_128": 36 * 128 + 64,
     "kCtrLayerBase": 12,
     "layer_counter_count_0": 5,
-    "kTraceEvents": 11,
+    "kTraceEvents": 15,
 }
 CONFIG_NAMES = tuple(CONFIG)
 
 # kog::TraceEvent (trace.cuh), in value order; row num_layers of a token reuses the first three for the LM head.
 TRACE_EVENTS: tuple[str, ...] = (
     "kEvQkvReady", "kEvQkvDone", "kEvAttnReady", "kEvAttnDone", "kEvOReady", "kEvODone", "kEvGuReady",
-    "kEvGuDone", "kEvDownReady", "kEvDownDone", "kEvLoaderLayer",
+    "kEvGuDone", "kEvDownReady", "kEvDownDone", "kEvLoaderLayer", "kEvQkvLanded", "kEvOLanded", "kEvGuLanded",
+    "kEvDownLanded",
 )  # fmt: skip
 
 

@@ -168,10 +168,12 @@ struct Ring {
 };
 
 // Consume this block's chunks of one stage: c = c0, c0 + G, ... ; epi(row, k, v0, v1) per output unit, k = the
-// unit's index among this block's units of the stage (j-th chunk of the block: k = j * nu + unit).
+// unit's index among this block's units of the stage (j-th chunk of the block: k = j * nu + unit). landed_ev >= 0:
+// the timeline event marked when the last chunk's wait returns (token t, layer l).
 template <bool kPair, class Epi>
 __device__ __forceinline__ void consume_stage(const ModelArgs& m, SmemHeader& hdr, Ring& ring, const bf16* x_s,
-                                              int st, int c0, Epi&& epi) {
+                                              int st, int c0, Epi&& epi, const Tracer& tr, int t, int l,
+                                              int landed_ev) {
   const int G = gridDim.x;
   const int n = static_cast<int>(m.stage_chunks[st]);
   const int K = static_cast<int>(m.stage_k[st]), N = static_cast<int>(m.stage_n[st]);
@@ -179,6 +181,7 @@ __device__ __forceinline__ void consume_stage(const ModelArgs& m, SmemHeader& hd
   for (int c = c0, j = 0; c < n; c += G, ++j) {
     const int r0 = c * nu, k0 = j * nu;
     mbar_wait(&hdr.full[ring.slot], ring.phase, m.counters, kSiteFull);
+    if (landed_ev >= 0 && c + G >= n && threadIdx.x == 0) tr.mark(t, l, landed_ev);
     const bf16* w_s = reinterpret_cast<const bf16*>(ring.base + static_cast<size_t>(ring.slot) * MonoConfig::kSlotBytes);
     gemv_chunk<kPair>(w_s, x_s, K, nu, min(nu, N - r0), hdr.red_gemv, ring.parity,
                       [&](int unit, float v0, float v1) { epi(r0 + unit, k0 + unit, v0, v1); });
@@ -290,7 +293,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
           }
           if (tid == 0) tr.mark(t, l, kEvQkvReady);
           consume_stage<false>(m, hdr, ring, x_s, C::kStageQKV, c0,
-                               [&](int r, int, float v, float) { st_bf16(La.qkv_out, r, v); });
+                               [&](int r, int, float v, float) { st_bf16(La.qkv_out, r, v); }, tr, t, l, kEvQkvLanded);
           consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageQKV), static_cast<uint32_t>(mine));
           if (tid == 0) tr.mark(t, l, kEvQkvDone);
         }
@@ -322,7 +325,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
             const float o = round_bf16(v);
             st_bf16(La.o_out, r, o);
             st_bf16(La.rmid, r, o + hdr.resid[k]);
-          });
+          }, tr, t, l, kEvOLanded);
           consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageO), static_cast<uint32_t>(mine));
           if (tid == 0) tr.mark(t, l, kEvODone);
         }
@@ -340,7 +343,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
           consume_stage<true>(m, hdr, ring, x_s, C::kStageGU, c0, [&](int r, int, float vg, float vu) {
             const float gt = round_bf16(vg), up = round_bf16(vu);
             st_bf16(La.act, r, __fmul_rn(__fdiv_rn(gt, 1.f + expf(-gt)), up));
-          });
+          }, tr, t, l, kEvGuLanded);
           consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageGU), static_cast<uint32_t>(mine));
           if (tid == 0) tr.mark(t, l, kEvGuDone);
         }
@@ -361,7 +364,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
             const float d = round_bf16(v);
             st_bf16(La.down_out, r, d);
             st_bf16(La.rin_next, r, d + hdr.resid[k]);
-          });
+          }, tr, t, l, kEvDownLanded);
           consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageDown), static_cast<uint32_t>(mine));
           if (tid == 0) tr.mark(t, l, kEvDownDone);
         }
@@ -394,7 +397,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
             k = argmax_key(lv, static_cast<uint32_t>(r));
           }
           best = k > best ? k : best;
-        });
+        }, tr, t, L, -1);
       }
       base = (base + static_cast<int>(n_lm)) % G;
       best = consumer_max_key(best, hdr.keys);

@@ -25,7 +25,13 @@ enum TraceEvent : int {
   kEvDownReady = 8,  // gate/up complete, activation in shared memory
   kEvDownDone = 9,
   kEvLoaderLayer = 10,  // the loader issued its first chunk of this layer (of the LM head, in row num_layers)
-  kTraceEvents = 11,
+  // This block's last weight chunk of the stage was in shared memory (its `full` wait returned): close to the
+  // stage's Done mark, the stage waited for HBM; far before it, for its consumers.
+  kEvQkvLanded = 11,
+  kEvOLanded = 12,
+  kEvGuLanded = 13,
+  kEvDownLanded = 14,
+  kTraceEvents = 15,
   // Row num_layers (LM head):
   kEvLmReady = kEvQkvReady,     // last layer complete, final norm done
   kEvLmDone = kEvQkvDone,       // this block's argmax published
