@@ -170,7 +170,8 @@ std::vector<int64_t> monokernel_config() {
   return {C::kConsumerWarps, C::kThreads,        C::kSlotBytes,       C::kMaxSlots,    C::kMinSlots,
           C::kMaxSmemBytes,  C::kHeaderBytes,    C::kBtCacheEntries,  C::kMaxResidRows, C::kPrefetchChunks,
           C::kWarpStride,    C::kMaxHidden,
-          C::kHeadsPerPass,  C::kAttnUnroll,     C::kCombineBatch,    C::kNumStages,       C::kCounterStride, C::kVersion,
+          C::kHeadsPerPass,  C::kAttnUnroll,     C::kCombineBatch,    C::kNumStages,
+          C::kCounterStride, C::kVersion,
           attn_work_floats(64), attn_work_floats(128), kCtrLayerBase, layer_counter_count(0),
           kTraceEvents};
 }

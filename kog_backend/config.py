@@ -28,7 +28,8 @@ class KogConfig:
     # extension missing, unsupported GPU or shape -- kog turns off with the reason and vLLM serves stock), or
     # "torch" (the reference step: exact up to bf16 rounding and slower than stock; for validation).
     step_impl: str = "auto"
-    # Tokens generated per engine step on the kog path (K). 1 until the multi-token path lands.
+    # Tokens generated per engine step on the kog path (K). K > 1 needs KogScheduler (`--backend kog` sets it) and
+    # is the speed setting (kog bench uses 16); 1 stays the default until `vllm serve` has run with K = 16.
     tokens_per_step: int = 1
     # With K > 1 and the monokernel: also burst requests that sample with a temperature and no top-k, top-p or
     # min-p (the kernel draws vLLM's Gumbel-max tokens itself, keyed like vLLM's sampler). Verified on the H200

@@ -316,7 +316,9 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
           // The residual rows first: they are ready before attention is (layer input), so their round trip
           // leaves the critical path. rin is complete once the previous layer's down stage is (this block waited
           // for it in its QKV stage, or waits here: then already satisfied in practice).
-          if (l > 0 && qkv_mine == 0) consumer_wait(ctrs, layer_counter_index(l - 1, nkv, C::kStageDown), next * n_down);
+          if (l > 0 && qkv_mine == 0) {
+            consumer_wait(ctrs, layer_counter_index(l - 1, nkv, C::kStageDown), next * n_down);
+          }
           gather_rows(hdr.resid, rin, c0, mine, static_cast<int>(m.stage_nu[C::kStageO]), H);
           consumer_wait(ctrs, layer_counter_index(l, nkv, kCtrAttnDone), next * static_cast<uint32_t>(nkv));
           copy_to_smem(x_s, La.attn_out, nh * D);
