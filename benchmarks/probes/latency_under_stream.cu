@@ -1,4 +1,5 @@
-// Latency of the monokernel's dependent accesses while the other SMs stream weights (standalone; no torch).
+// Latency of the monokernel's dependent accesses while the other SMs stream weights (standalone; no torch; the
+// kernel's own primitives from csrc/include/kog/sync.cuh).
 //
 // Blocks 2..G-1 (and block 0 in the probeSM = 1 rows) run the monokernel's loader pattern: one lane keeps `slots`
 // bulk copies of 32 KiB in flight into shared memory from a 4 GiB buffer (chunk c of block b: c = b + k G).
@@ -10,12 +11,20 @@
 //   pingpong  block 0 st.release / block 1 ld.acquire poll and answer: one round trip (two hand-offs)
 // and the stream's bandwidth over block 0's measurement window (copies completed, published every 8 chunks).
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/latency_probe benchmarks/probes/latency_under_stream.cu
+//   nvcc -O3 -std=c++17 -arch=sm_90a -Icsrc/include -o /tmp/latency_probe benchmarks/probes/latency_under_stream.cu
 //   /tmp/latency_probe            (prints one row per ring depth, 0 = no stream)
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
+
+#include "kog/sync.cuh"
+#include "kog/trace.cuh"
+
+using kog::atom_acq_rel_add;
+using kog::ld_acquire;
+using kog::ld_relaxed;
+using kog::st_release;
 
 #define CK(x)                                                                     \
   do {                                                                            \
@@ -36,55 +45,32 @@ struct Args {
   uint64_t w_chunks;
   uint32_t* table;    // kChase words: a random cycle
   uint32_t* flags;    // [0] stop, [8] ping, [16] pong, [24] atom word, [32..] flush area
-  unsigned long long* bytes;  // bytes completed by the loaders (one atomic per block at the end)
+  unsigned long long* bytes;  // bytes completed by the loaders (each adds its count every 8 chunks)
   double* out;        // results in ns
   int slots;
   int probe_streams;
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ uint64_t gtime() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-__device__ __forceinline__ uint32_t ld_acq(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ uint32_t ld_rlx(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_rel(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ uint32_t atom_ar(uint32_t* p, uint32_t v) {
-  uint32_t o;
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(o) : "l"(p), "r"(v) : "memory");
-  return o;
+__device__ __forceinline__ uint64_t gtime() { return kog::global_ns(); }
+
+// Waits for the completion of slot s's phase with parity `par` (gives up after kSpinNs).
+__device__ __forceinline__ void wait_slot(uint64_t* full, int s, uint32_t par) {
+  for (const uint64_t ts = gtime(); gtime() - ts < kSpinNs;) {
+    if (kog::mbar_try_wait(&full[s], par)) return;
+  }
 }
 
 __device__ void stream(const Args& a, uint64_t* full, uint8_t* ring) {
   const int G = gridDim.x, b = blockIdx.x;
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  const uint64_t policy = kog::l2_evict_first_policy();
   uint64_t c = b, done = 0;
   uint32_t phase_bits = 0;  // bit s: parity of slot s's next completion
   int issued = 0;
   for (int it = 0;; ++it) {
     const int s = it % a.slots;
-    if (ld_rlx(a.flags) != 0u) break;  // (before the wait: the drain below waits for every copy not yet waited)
+    if (ld_relaxed(a.flags) != 0u) break;  // (before the wait: the drain below waits for every copy not yet waited)
     if (issued >= a.slots) {  // wait for this slot's previous copy
-      const uint32_t par = (phase_bits >> s) & 1u;
-      for (const uint64_t ts = gtime(); gtime() - ts < kSpinNs;) {
-        uint32_t ok;
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0,1,0,p; }"
-                     : "=r"(ok) : "r"(smem_u32(&full[s])), "r"(par) : "memory");
-        if (ok) break;
-      }
+      wait_slot(full, s, (phase_bits >> s) & 1u);
       phase_bits ^= 1u << s;
       done += kSlot;
       if ((done & (8ull * kSlot - 1)) == 0) {  // publish progress every 8 chunks for the probe window's GB/s
@@ -92,25 +78,15 @@ __device__ void stream(const Args& a, uint64_t* full, uint8_t* ring) {
         done = 0;
       }
     }
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(&full[s])), "r"(kSlot) : "memory");
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
-            smem_u32(ring + static_cast<size_t>(s) * kSlot)),
-        "l"(a.w + (c % a.w_chunks) * kSlot), "r"(kSlot), "r"(smem_u32(&full[s])), "l"(policy)
-        : "memory");
+    kog::mbar_arrive_expect_tx(&full[s], kSlot);
+    kog::bulk_copy_g2s(ring + static_cast<size_t>(s) * kSlot, a.w + (c % a.w_chunks) * kSlot, kSlot, &full[s], policy);
     ++issued;
     c += G;
   }
   // Drain what is still in flight before the block exits: the last min(slots, issued) copies.
   for (int k = 0; k < a.slots && k < issued; ++k) {
     const int s = (issued - 1 - k) % a.slots;
-    const uint32_t par = (phase_bits >> s) & 1u;
-    for (const uint64_t ts = gtime(); gtime() - ts < kSpinNs;) {
-      uint32_t ok;
-      asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0,1,0,p; }"
-                   : "=r"(ok) : "r"(smem_u32(&full[s])), "r"(par) : "memory");
-      if (ok) break;
-    }
+    wait_slot(full, s, (phase_bits >> s) & 1u);
   }
 }
 
@@ -120,7 +96,7 @@ __global__ void __launch_bounds__(64, 1) probe(Args a) {
   uint8_t* ring = smem + 1024;
   const int b = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
-    for (int i = 0; i < 6; ++i) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&full[i])) : "memory");
+    for (int i = 0; i < 6; ++i) kog::mbar_init(&full[i], 1u);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -136,10 +112,10 @@ __global__ void __launch_bounds__(64, 1) probe(Args a) {
     for (uint32_t i = 1;; ++i) {
       uint32_t v;
       const uint64_t t0 = gtime();
-      while ((v = ld_acq(ping)) < i && ld_rlx(a.flags) == 0u && gtime() - t0 < kSpinNs) {
+      while ((v = ld_acquire(ping)) < i && ld_relaxed(a.flags) == 0u && gtime() - t0 < kSpinNs) {
       }
       if (v < i) return;
-      st_rel(pong, i);
+      st_release(pong, i);
     }
   }
   if (b != 0) return;
@@ -156,35 +132,35 @@ __global__ void __launch_bounds__(64, 1) probe(Args a) {
   uint64_t t1 = gtime();
   a.out[0] = double(t1 - t0) / kHops;
   t0 = gtime();
-  for (int i = 0; i < kHops; ++i) j = ld_acq(a.table + j);
+  for (int i = 0; i < kHops; ++i) j = ld_acquire(a.table + j);
   t1 = gtime();
   a.out[1] = double(t1 - t0) / kHops;
   uint32_t* aw = a.flags + 24;
   uint32_t acc = j;
   t0 = gtime();
-  for (int i = 0; i < kHops; ++i) acc += atom_ar(aw, acc & 1u);
+  for (int i = 0; i < kHops; ++i) acc += atom_acq_rel_add(aw, acc & 1u);
   t1 = gtime();
   a.out[2] = double(t1 - t0) / kHops;
   uint32_t* fl = a.flags + 32;
   t0 = gtime();
   for (int i = 0; i < kHops / 4; ++i) {
     for (int k = 0; k < 64; ++k) fl[k * 8] = acc + k;  // 64 stores, one per 32 B sector
-    acc += atom_ar(aw, 1u);
+    acc += atom_acq_rel_add(aw, 1u);
   }
   t1 = gtime();
   a.out[3] = double(t1 - t0) / (kHops / 4);
   t0 = gtime();
   for (uint32_t i = 1; i <= 256; ++i) {
-    st_rel(ping, i);
+    st_release(ping, i);
     const uint64_t ts = gtime();
-    while (ld_acq(pong) < i && gtime() - ts < kSpinNs) {
+    while (ld_acquire(pong) < i && gtime() - ts < kSpinNs) {
     }
   }
   t1 = gtime();
   a.out[4] = double(t1 - t0) / 256;
   a.out[5] = double(*reinterpret_cast<volatile unsigned long long*>(a.bytes) - bytes0) / double(t1 - w0);  // GB/s
   a.out[6] = acc;
-  st_rel(a.flags, 1u);
+  st_release(a.flags, 1u);
 }
 
 int main() {
