@@ -144,48 +144,39 @@ __device__ __forceinline__ ScoreKey64 warp_best(ScoreKey64 v) {
   return v;
 }
 
-// Block-wide max, returned to every thread. smem: kThreads / 32 entries; reusable after return.
-template <int kThreads>
-__device__ __forceinline__ uint64_t block_max(uint64_t v, uint64_t* smem) {
+// Block-wide combination of one value per warp (v: this thread's warp already reduced), returned to every thread:
+// ident combined with the warps' values in warp order. smem: kThreads / 32 entries; reusable after return.
+template <int kThreads, class T, class Op>
+__device__ __forceinline__ T block_combine(T v, T* smem, T ident, Op op) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps, one block");
   constexpr int kWarps = kThreads / 32;
-  v = warp_max_u64(v);
   if ((threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = v;
   __syncthreads();
-  uint64_t r = 0;
+  T r = ident;
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w) r = smem[w] > r ? smem[w] : r;
+  for (int w = 0; w < kWarps; ++w) r = op(r, smem[w]);
   __syncthreads();
   return r;
 }
+
+// Block-wide max of keys, returned to every thread. smem: kThreads / 32 entries; reusable after return.
+template <int kThreads>
+__device__ __forceinline__ uint64_t block_max(uint64_t v, uint64_t* smem) {
+  return block_combine<kThreads>(warp_max_u64(v), smem, uint64_t{0},
+                                 [](uint64_t a, uint64_t b) { return b > a ? b : a; });
+}
 template <int kThreads>
 __device__ __forceinline__ ScoreKey64 block_best(ScoreKey64 v, ScoreKey64* smem) {
-  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps, one block");
-  constexpr int kWarps = kThreads / 32;
-  v = warp_best(v);
-  if ((threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = v;
-  __syncthreads();
-  ScoreKey64 r = no_score64();
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) r = better(r, smem[w]);
-  __syncthreads();
-  return r;
+  return block_combine<kThreads>(warp_best(v), smem, no_score64(),
+                                 [](const ScoreKey64& a, const ScoreKey64& b) { return better(a, b); });
 }
 
 // Block-wide max of fp32 values (exact in any order without NaN), returned to every thread. smem: kThreads / 32.
 template <int kThreads>
 __device__ __forceinline__ float block_max_f32(float v, float* smem) {
-  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps, one block");
-  constexpr int kWarps = kThreads / 32;
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, off));
-  if ((threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float r = -INFINITY;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) r = fmaxf(r, smem[w]);
-  __syncthreads();
-  return r;
+  return block_combine<kThreads>(v, smem, -INFINITY, [](float a, float b) { return fmaxf(a, b); });
 }
 
 // min_p.py's threshold from the row maximum of the tempered logits; -inf disables (min_p == 0).
