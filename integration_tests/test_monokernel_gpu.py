@@ -21,16 +21,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kog_backend import ops  # noqa: E402
+from kernel_gpu import require_sm90_extension  # noqa: E402
+
 from kog_backend.model_spec import kv_cache_view  # noqa: E402
 from kog_backend.monokernel import Monokernel, reference, synthetic, unsupported_reason  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-    pytest.skip("needs an sm_90 GPU", allow_module_level=True)
-if ops.load_reason() is not None:
-    pytest.skip(f"extension: {ops.load_reason()}", allow_module_level=True)
+require_sm90_extension()
 
 DEV = torch.device("cuda", 0)
 BS = 16

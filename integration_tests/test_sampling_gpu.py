@@ -21,15 +21,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from kernel_gpu import require_sm90_extension  # noqa: E402
+
 from kog_backend import ops  # noqa: E402
 from kog_backend import sampling as S  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-    pytest.skip("needs an sm_90 GPU", allow_module_level=True)
-if ops.load_reason() is not None:
-    pytest.skip(f"extension: {ops.load_reason()}", allow_module_level=True)
+require_sm90_extension()
 if not ops.has_op("gumbel_argmax_test"):
     pytest.skip("kog_backend._C was built without csrc/sampling_test.cu (rebuild)", allow_module_level=True)
 
