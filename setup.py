@@ -9,6 +9,8 @@ Environment:
   KOG_NVCC_THREADS=2     parallel nvcc threads.
   KOG_TRACE=1            compile the monokernel's timeline marks in (benchmarks/bench_monokernel.py --trace);
                          off by default: they cost ~4% at batch 1 even when unused (csrc/include/kog/trace.cuh).
+  KOG_NVCC_FLAGS="..."   extra nvcc flags for diagnostic builds, e.g. "-DKOG_BENCH_NO_MATH" or "-DKOG_BENCH_NO_COPY"
+                         (benchmarks/NOTES.md: what each one removes from the step).
 """
 
 import glob
@@ -45,6 +47,7 @@ def _ext_modules():
                 f"--threads={os.environ.get('KOG_NVCC_THREADS', '2')}",
                 "-Xptxas=-v" if os.environ.get("KOG_PTXAS_VERBOSE") else "",
                 "-DKOG_TRACE" if os.environ.get("KOG_TRACE") == "1" else "",
+                *os.environ.get("KOG_NVCC_FLAGS", "").split(),
             ],
         },
     )

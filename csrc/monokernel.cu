@@ -23,13 +23,13 @@ namespace kog {
 
 namespace {
 
-template <int D, bool kSampled>
+template <int D, bool kSampled, bool kTP>
 void launch(const StepArgs& step, int grid, int smem_bytes, cudaStream_t stream) {
   static bool attr_set[64] = {};
   int dev = 0;
   C10_CUDA_CHECK(cudaGetDevice(&dev));
   if (dev < 64 && !attr_set[dev]) {
-    const cudaError_t err = cudaFuncSetAttribute(monokernel_kernel<D, kSampled>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    const cudaError_t err = cudaFuncSetAttribute(monokernel_kernel<D, kSampled, kTP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                  MonoConfig::kMaxSmemBytes);
     TORCH_CHECK(err == cudaSuccess, "kog monokernel: cannot raise the shared-memory limit to ",
                 MonoConfig::kMaxSmemBytes, " bytes: ", cudaGetErrorString(err));
@@ -45,7 +45,7 @@ void launch(const StepArgs& step, int grid, int smem_bytes, cudaStream_t stream)
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, monokernel_kernel<D, kSampled>, step);
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, monokernel_kernel<D, kSampled, kTP>, step);
   TORCH_CHECK(err == cudaSuccess, "kog monokernel launch failed (grid ", grid, ", ", MonoConfig::kThreads,
               " threads, ", smem_bytes, " B shared memory): ", cudaGetErrorString(err));
 }
@@ -62,7 +62,7 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
                      const std::optional<at::Tensor>& logits_out, const std::optional<at::Tensor>& num_out,
                      const std::optional<at::Tensor>& stop_ids, at::Tensor& scratch, int64_t num_tokens,
                      int64_t head_dim, int64_t grid, int64_t smem_bytes,
-                     const std::optional<at::Tensor>& sample_seed, double temperature) {
+                     const std::optional<at::Tensor>& sample_seed, double temperature, int64_t tp_size) {
   const at::Device dev = model_args.device();
   check_cuda(model_args, "model_args", dev);
   TORCH_CHECK(model_args.scalar_type() == at::kByte && model_args.numel() == sizeof(ModelArgs),
@@ -84,6 +84,8 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
               "kog monokernel: tokens_out must be int64 [>= num_tokens]");
   check_cuda(scratch, "scratch", dev);
   TORCH_CHECK(head_dim == 64 || head_dim == 128, "kog monokernel: head_dim ", head_dim, " (64 or 128 only)");
+  TORCH_CHECK(tp_size >= 1 && tp_size <= MonoConfig::kMaxTP, "kog monokernel: tp_size ", tp_size, " outside 1..",
+              MonoConfig::kMaxTP);
   TORCH_CHECK(grid >= 1 && smem_bytes > 0 && smem_bytes <= MonoConfig::kMaxSmemBytes,
               "kog monokernel: bad launch shape grid=", grid, " smem=", smem_bytes);
 
@@ -130,10 +132,17 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev.index()).stream();
   const int g = static_cast<int>(grid), sm = static_cast<int>(smem_bytes);
   const bool sampled = step.sample_seed != nullptr;
-  if (head_dim == 64) {
-    sampled ? launch<64, true>(step, g, sm, stream) : launch<64, false>(step, g, sm, stream);
+  // tp_size must match the table's (the host builds both); a TP launch is its own instantiation.
+  if (tp_size > 1) {
+    if (head_dim == 64) {
+      sampled ? launch<64, true, true>(step, g, sm, stream) : launch<64, false, true>(step, g, sm, stream);
+    } else {
+      sampled ? launch<128, true, true>(step, g, sm, stream) : launch<128, false, true>(step, g, sm, stream);
+    }
+  } else if (head_dim == 64) {
+    sampled ? launch<64, true, false>(step, g, sm, stream) : launch<64, false, false>(step, g, sm, stream);
   } else {
-    sampled ? launch<128, true>(step, g, sm, stream) : launch<128, false>(step, g, sm, stream);
+    sampled ? launch<128, true, false>(step, g, sm, stream) : launch<128, false, false>(step, g, sm, stream);
   }
 }
 
@@ -154,7 +163,8 @@ std::vector<int64_t> monokernel_layout() {
   KOG_OFF(ModelArgs, attn_scale_log2); KOG_OFF(ModelArgs, embed); KOG_OFF(ModelArgs, final_norm);
   KOG_OFF(ModelArgs, lm_head); KOG_OFF(ModelArgs, cos_sin); KOG_OFF(ModelArgs, layers);
   KOG_OFF(ModelArgs, counters); KOG_OFF(ModelArgs, argmax_slots); KOG_OFF(ModelArgs, logits_scratch);
-  KOG_OFF(ModelArgs, trace);
+  KOG_OFF(ModelArgs, trace); KOG_OFF(ModelArgs, tp_size); KOG_OFF(ModelArgs, tp_rank); KOG_OFF(ModelArgs, vocab_start);
+  KOG_OFF(ModelArgs, tp_parts); KOG_OFF(ModelArgs, tp_keys); KOG_OFF(ModelArgs, tp_delta);
   KOG_OFF(LayerArgs, input_norm); KOG_OFF(LayerArgs, qkv); KOG_OFF(LayerArgs, q_norm); KOG_OFF(LayerArgs, k_norm);
   KOG_OFF(LayerArgs, o_proj); KOG_OFF(LayerArgs, post_norm); KOG_OFF(LayerArgs, gate_up); KOG_OFF(LayerArgs, down);
   KOG_OFF(LayerArgs, k_cache); KOG_OFF(LayerArgs, v_cache); KOG_OFF(LayerArgs, qkv_out); KOG_OFF(LayerArgs, q_out);
@@ -173,7 +183,7 @@ std::vector<int64_t> monokernel_config() {
           C::kHeadsPerPass,  C::kAttnUnroll,     C::kCombineBatch,    C::kNumStages,
           C::kCounterStride, C::kVersion,
           attn_work_floats(64), attn_work_floats(128), kCtrLayerBase, layer_counter_count(0),
-          kTraceEvents};
+          kTraceEvents,      C::kMaxTP,         kCtrTpLM};
 }
 
 }  // namespace kog

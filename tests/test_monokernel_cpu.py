@@ -36,7 +36,9 @@ def _struct_fields(src: str, name: str) -> list[tuple[str, int]]:
         m = re.search(r"(\w+)\s*(?:\[([^\]]+)\])?$", decl)
         count = 1
         if m.group(2):
-            count = layout.NUM_STAGES if "kNumStages" in m.group(2) else int(m.group(2))
+            count = {"MonoConfig::kNumStages": layout.NUM_STAGES, "MonoConfig::kMaxTP": layout.CONFIG["kMaxTP"]}.get(
+                m.group(2).strip()
+            ) or int(m.group(2))
         out.append((m.group(1), count))
     return out
 
@@ -64,6 +66,7 @@ def test_config_matches_header():
             assert hdr[name] == value, name
     sync = open(os.path.join(HEADERS, "sync.cuh")).read()
     assert int(re.search(r"kCtrLayerBase = (\d+)", sync).group(1)) == layout.CONFIG["kCtrLayerBase"]
+    assert int(re.search(r"kCtrTpLM = (\d+)", sync).group(1)) == layout.CONFIG["kCtrTpLM"]
     assert int(re.search(r"layer_counter_count\(int num_kv_heads\) \{ return (\d+) \+", sync).group(1)) == (
         layout.CONFIG["layer_counter_count_0"]
     )

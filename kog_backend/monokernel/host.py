@@ -17,6 +17,7 @@ from kog_backend import ops as kog_ops
 from kog_backend.model_spec import SUPPORTED_HEAD_DIMS, DecoderWeights
 from kog_backend.monokernel import layout
 from kog_backend.monokernel.plan import Plan, lm_rows, make_plan
+from kog_backend.monokernel.tp import tp_buffer_layout, tp_unsupported_reason
 
 REQUIRED_CAPABILITY = (9, 0)
 _BF16_FIELDS = ("qkv_out", "q_out", "attn_out", "o_out", "rmid", "act", "down_out", "rin_next")
@@ -57,9 +58,14 @@ def _sm_count(device: torch.device) -> int:
 
 
 def unsupported_reason(
-    weights: DecoderWeights, kv_caches: list[torch.Tensor], device: torch.device | str, sm_count: int | None = None
+    weights: DecoderWeights,
+    kv_caches: list[torch.Tensor],
+    device: torch.device | str,
+    sm_count: int | None = None,
+    tp_world: int = 1,
 ) -> str | None:
-    """None when the monokernel can run this model on `device`, else why not (the stock path serves it)."""
+    """None when the monokernel can run this model on `device`, else why not (the stock path serves it).
+    tp_world: ranks of a tensor-parallel group whose shared buffer the caller provides (1: no group)."""
     device = torch.device(device)
     s = weights.shape
     if device.type != "cuda":
@@ -78,8 +84,13 @@ def unsupported_reason(
         return "kog_backend._C has no monokernel_step op (stale build)"
     if s.arch not in ("llama", "qwen3"):
         return f"architecture {s.arch} (llama and qwen3 dense only)"
-    if s.tp_size != 1:
-        return f"tensor parallelism {s.tp_size}: the monokernel runs TP=1 only"
+    if s.tp_size != tp_world:
+        if tp_world == 1:
+            return f"tensor parallelism {s.tp_size}: no shared buffer between the ranks (TP monokernel not wired)"
+        return f"the weights are sharded {s.tp_size} ways, the group has {tp_world} ranks"
+    reason = tp_unsupported_reason(s, tp_world)
+    if reason is not None:
+        return reason
     if s.head_dim not in SUPPORTED_HEAD_DIMS:
         return f"head_dim {s.head_dim} (64 or 128 only)"
     if s.qk_norm != (s.arch == "qwen3"):
@@ -132,11 +143,20 @@ class Monokernel:
         device: torch.device | str,
         max_model_len: int,
         max_tokens_per_launch: int = 1,
+        sm_count: int | None = None,
+        tp_buffer=None,
     ):
+        """sm_count: blocks to launch (default: every SM; ranks sharing one GPU under MPS take a share each).
+        tp_buffer: at tensor parallelism, this rank's kog_backend.collective.ipc.SharedBuffer of at least
+        tp.tp_buffer_layout(shape, world).nbytes, created by every rank of the group; weights.embed must then be the
+        whole embedding table (the kernel reads any token's row), the other weights vLLM's shards."""
         device = torch.device(device)
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
-        reason = unsupported_reason(weights, kv_caches, device)
+        world = 1 if tp_buffer is None else len(tp_buffer.bases)
+        if sm_count is not None and not 1 <= sm_count <= _sm_count(device):
+            raise ValueError(f"sm_count {sm_count} outside 1..{_sm_count(device)}")
+        reason = unsupported_reason(weights, kv_caches, device, sm_count=sm_count, tp_world=world)
         if reason is not None:
             raise ValueError(f"monokernel unsupported: {reason}")
         s = weights.shape
@@ -146,7 +166,7 @@ class Monokernel:
         self.shape = s
         self.device = device
         self.max_model_len = max_model_len
-        plan = make_plan(s, _sm_count(device))
+        plan = make_plan(s, sm_count or _sm_count(device))
         assert isinstance(plan, Plan)
         self.plan = plan
         self.head_dim = s.head_dim
@@ -164,6 +184,22 @@ class Monokernel:
         self.scratch = torch.empty(L * per_layer, dtype=torch.bfloat16, device=device)
         self.partials = torch.empty(L * (nh * S * 2 + nh * S * D), dtype=torch.float32, device=device)
         self.counters = torch.zeros(layout.num_counters(L, nkv), dtype=torch.int32, device=device)
+        tp_fields = {"tp_size": 1, "tp_rank": 0, "tp_parts": 0, "tp_keys": 0, "tp_delta": [0] * layout.CONFIG["kMaxTP"]}
+        counters_ptr = self.counters.data_ptr()
+        self._tp_buffer = tp_buffer
+        self.tp_world = world
+        if tp_buffer is not None:
+            lay = tp_buffer_layout(s, world)
+            if tp_buffer.nbytes < lay.nbytes:
+                raise ValueError(f"shared buffer of {tp_buffer.nbytes} B, the TP monokernel needs {lay.nbytes} B")
+            base = tp_buffer.bases[tp_buffer.rank]
+            if s.tp_rank != tp_buffer.rank:
+                raise ValueError(f"weights of rank {s.tp_rank} with the shared buffer of rank {tp_buffer.rank}")
+            counters_ptr = base + lay.counters
+            deltas = [b - base for b in tp_buffer.bases] + [0] * (layout.CONFIG["kMaxTP"] - world)
+            tp_fields = {"tp_size": world, "tp_rank": tp_buffer.rank, "tp_parts": base + lay.parts,
+                         "tp_keys": base + lay.keys, "tp_delta": deltas}  # fmt: skip
+        self._counters_ptr = counters_ptr
         self.argmax_slots = torch.zeros(plan.grid, dtype=torch.int64, device=device)
         self.logits_scratch = torch.empty(lm_rows(s), dtype=torch.bfloat16, device=device)
         self.buffers: list[dict[str, torch.Tensor]] = []
@@ -202,9 +238,10 @@ class Monokernel:
             "rms_eps": s.rms_eps, "attn_scale_log2": D**-0.5 * math.log2(math.e),
             "embed": weights.embed.data_ptr(), "final_norm": weights.final_norm.data_ptr(),
             "lm_head": weights.lm_head.data_ptr(), "cos_sin": weights.cos_sin.data_ptr(),
-            "layers": self.layer_table.data_ptr(), "counters": self.counters.data_ptr(),
+            "layers": self.layer_table.data_ptr(), "counters": counters_ptr,
             "argmax_slots": self.argmax_slots.data_ptr(), "logits_scratch": self.logits_scratch.data_ptr(),
             "trace": 0,
+            "vocab_start": s.vocab_start, **tp_fields,
         }  # fmt: skip
         self._model_values = model
         self.model_table = _to_device(layout.pack_model(model), device)
@@ -237,7 +274,7 @@ class Monokernel:
         self.ops.monokernel_step(
             self.model_table if model_table is None else model_table, input_ids, positions, block_table,
             slot_mapping, tokens_out, logits_out, None, None, self.scratch, 1, self.head_dim, self.plan.grid,
-            self.plan.smem_bytes,
+            self.plan.smem_bytes, None, 0.0, self.tp_world,
         )  # fmt: skip
         return tokens_out
 
@@ -269,7 +306,7 @@ class Monokernel:
         self.ops.monokernel_step(
             self.model_table, input_ids, positions, block_table, slot_mapping, tokens, logits_out, count, stop_ids,
             self.scratch, num_tokens, self.head_dim, self.plan.grid, self.plan.smem_bytes, sample_seed,
-            float(temperature),
+            float(temperature), self.tp_world,
         )  # fmt: skip
         return tokens, count
 
@@ -293,13 +330,26 @@ class Monokernel:
         table = self.variant_table(trace=trace.data_ptr(), **overrides)
         return table, trace
 
+    def _read_counters(self) -> torch.Tensor:
+        if self._tp_buffer is None:
+            return self.counters
+        torch.cuda.synchronize(self.device)
+        out = torch.empty_like(self.counters)
+        self.ops.ipc_copy(out.data_ptr(), self._counters_ptr, out.numel() * 4, self.device.index)
+        return out
+
     def reset_counters(self) -> None:
-        """Zeroes the dependency counters (after a launch that did not run to completion or aborted)."""
+        """Zeroes the dependency counters (after a launch that did not run to completion or aborted). Under tensor
+        parallelism every rank must do it, with no launch of any rank in flight."""
         self.counters.zero_()
+        if self._tp_buffer is not None:
+            torch.cuda.synchronize(self.device)
+            self.ops.ipc_copy(self._counters_ptr, self.counters.data_ptr(), self.counters.numel() * 4, self.device.index)
+            torch.cuda.synchronize(self.device)
 
     def diagnostics(self) -> str | None:
         """None if no wait of any launch so far timed out; else which one (synchronises with the device)."""
-        c = self.counters.view(-1, layout.CONFIG["kCounterStride"])[:, 0].tolist()
+        c = self._read_counters().view(-1, layout.CONFIG["kCounterStride"])[:, 0].tolist()
         site = c[ABORT]
         if site == 0:
             return None

@@ -48,6 +48,12 @@ MODEL_FIELDS: tuple[tuple[str, str, int], ...] = (
     ("argmax_slots", "p", 1),
     ("logits_scratch", "p", 1),
     ("trace", "p", 1),
+    ("tp_size", "i", 1),
+    ("tp_rank", "i", 1),
+    ("vocab_start", "i", 1),
+    ("tp_parts", "p", 1),
+    ("tp_keys", "p", 1),
+    ("tp_delta", "i", 8),
 )
 
 LAYER_FIELDS: tuple[str, ...] = (
@@ -75,12 +81,14 @@ CONFIG: dict[str, int] = {
     "kCombineBatch": 16,
     "kNumStages": NUM_STAGES,
     "kCounterStride": 8,
-    "kVersion": 1,
+    "kVersion": 2,
     "attn_work_floats_64": 36 * 64 + 64,
     "attn_work_floats_128": 36 * 128 + 64,
     "kCtrLayerBase": 12,
     "layer_counter_count_0": 5,
     "kTraceEvents": 15,
+    "kMaxTP": 8,
+    "kCtrTpLM": 9,
 }
 CONFIG_NAMES = tuple(CONFIG)
 

@@ -79,6 +79,20 @@ def norm_rope(weights: DecoderWeights, x: torch.Tensor, norm_w: torch.Tensor | N
     return torch_step.rope(x, weights.cos_sin, pos)
 
 
+def _attention(w: DecoderWeights, lw, x: torch.Tensor, kv_cache: torch.Tensor, pos: int, slot: int,
+               block_table: torch.Tensor, num_splits: int):
+    """QKV projection, qk-norm + RoPE, K/V append at `slot`, split attention over the context (kernel's schedule).
+    Returns (qkv_out, q after norm/RoPE, split_attention's (out, m, l, acc))."""
+    qkv = torch_step.linear(x, lw.qkv)
+    q, k, v = _qkv_split(w, qkv)
+    q = norm_rope(w, q, lw.q_norm, pos)
+    k = norm_rope(w, k, lw.k_norm, pos)
+    cache = kv_cache_view(kv_cache, w.shape.head_dim)
+    torch_step.append_kv(cache, k, v, slot)
+    k_ctx, v_ctx = torch_step.gather_context(cache, block_table, pos + 1)
+    return qkv, q, split_attention(q, k_ctx, v_ctx, num_splits)
+
+
 def reference_step(
     weights: DecoderWeights,
     kv_caches: list[torch.Tensor],
@@ -99,15 +113,9 @@ def reference_step(
         rec: dict[str, torch.Tensor] = {}
         if i > 0:
             x = torch_step.add_rms_norm(recs[-1]["down_out"], recs[-1]["rmid"], lw.input_norm, eps)[0]
-        rec["qkv_out"] = torch_step.linear(x, lw.qkv)
-        q, k, v = _qkv_split(weights, rec["qkv_out"])
-        q = norm_rope(weights, q, lw.q_norm, pos)
-        k = norm_rope(weights, k, lw.k_norm, pos)
+        rec["qkv_out"], q, attn = _attention(weights, lw, x, kv_caches[i], pos, slot, block_table, num_splits)
         rec["q_out"] = q.reshape(-1)
-        cache = kv_cache_view(kv_caches[i], s.head_dim)
-        torch_step.append_kv(cache, k, v, slot)
-        k_ctx, v_ctx = torch_step.gather_context(cache, block_table, pos + 1)
-        rec["attn_out"], rec["attn_m"], rec["attn_l"], rec["attn_acc"] = split_attention(q, k_ctx, v_ctx, num_splits)
+        rec["attn_out"], rec["attn_m"], rec["attn_l"], rec["attn_acc"] = attn
         rec["o_out"] = torch_step.linear(rec["attn_out"], lw.o_proj)
         h, rec["rmid"] = torch_step.add_rms_norm(rec["o_out"], rin, lw.post_norm, eps)
         rec["act"] = torch_step.silu_and_mul(torch_step.linear(h, lw.gate_up))
@@ -166,3 +174,50 @@ def expected_from_kernel(
     hf = torch_step.add_rms_norm(got[-1]["down_out"], got[-1]["rmid"], weights.final_norm, eps)[0]
     logits = torch_step.linear(hf, weights.lm_head[: lm_rows(s)])
     return {"layers": out, "logits": logits, "token": int(torch_step.greedy(got_logits))}
+
+
+def allreduce_bf16(parts: list[torch.Tensor]) -> torch.Tensor:
+    """The TP kernel's (and vLLM's custom all-reduce's) sum of bf16 partials: fp32, rank order, rounded once."""
+    acc = parts[0].float()
+    for p in parts[1:]:
+        acc = acc + p.float()
+    return acc.to(parts[0].dtype)
+
+
+def reference_step_tp(
+    shards: list[DecoderWeights],
+    kv_caches: list[list[torch.Tensor]],
+    token: int,
+    pos: int,
+    slot: int,
+    block_table: torch.Tensor,
+    num_splits: int,
+) -> dict:
+    """One decode step of the tensor-parallel kernel's schedule over every rank's shard (tp.shard_decoder) and KV
+    caches (kv_caches[rank], appended to). Each rank's O / down partial is bf16; ranks combine them with
+    allreduce_bf16. Returns {"logits": the logical vocabulary's logits (every rank's rows, in order), "token",
+    "o": per layer the reduced O output, "rmid"}."""
+    s = shards[0].shape
+    eps = s.rms_eps
+    rin = shards[0].embed[token]
+    x = torch_step.rms_norm(rin, shards[0].layers[0].input_norm, eps)
+    rmid, d = None, None
+    outs, rmids = [], []
+    for i in range(s.num_layers):
+        if i > 0:
+            x, rin = torch_step.add_rms_norm(d, rmid, shards[0].layers[i].input_norm, eps)
+        o_parts = []
+        for r, w in enumerate(shards):
+            attn = _attention(w, w.layers[i], x, kv_caches[r][i], pos, slot, block_table, num_splits)[2][0]
+            o_parts.append(torch_step.linear(attn, w.layers[i].o_proj))
+        o = allreduce_bf16(o_parts)
+        h, rmid = torch_step.add_rms_norm(o, rin, shards[0].layers[i].post_norm, eps)
+        d = allreduce_bf16(
+            [torch_step.linear(torch_step.silu_and_mul(torch_step.linear(h, w.layers[i].gate_up)), w.layers[i].down)
+             for w in shards]
+        )  # fmt: skip
+        outs.append(o)
+        rmids.append(rmid)
+    hf = torch_step.add_rms_norm(d, rmid, shards[0].final_norm, eps)[0]
+    logits = torch.cat([torch_step.linear(hf, w.lm_head[: lm_rows(w.shape)]) for w in shards])
+    return {"logits": logits, "token": int(torch_step.greedy(logits)), "o": outs, "rmid": rmids}

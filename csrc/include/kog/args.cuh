@@ -73,6 +73,15 @@ struct ModelArgs {
   uint64_t* argmax_slots;   // [grid]
   bf16* logits_scratch;     // [stage_n[kStageLM]] when the caller passes no logits buffer
   uint64_t* trace;          // null, or [num_tokens][num_layers + 1][kTraceEvents][grid] (trace.cuh)
+  // Tensor parallelism (docs/monokernel.md, "Tensor parallelism"). tp_size 1: the fields below are unused.
+  // With tp_size W > 1 counters, tp_parts and tp_keys lie in one buffer shared with the other ranks through CUDA
+  // IPC; rank q's copy of any address p in it is p + tp_delta[q] (tp_delta[tp_rank] = 0).
+  int64_t tp_size;
+  int64_t tp_rank;
+  int64_t vocab_start;      // global vocabulary id of this rank's LM-head row 0 (the argmax key's row)
+  bf16* tp_parts;           // [num_layers][2 (O, down)][W][hidden]: each rank's bf16 partial sums, pushed by it
+  uint64_t* tp_keys;        // [2 (token parity)][W]: each rank's best LM-head key of a token
+  int64_t tp_delta[MonoConfig::kMaxTP];
 };
 
 // Per launch: small device pointers from the runner.

@@ -57,7 +57,10 @@ struct MonoConfig {
   // Counters are uint32 spaced kCounterStride words apart (32 B: one L2 sector each).
   static constexpr int kCounterStride = 8;
 
-  static constexpr int kVersion = 1;
+  // Ranks of one tensor-parallel group the kernel exchanges partial sums with (one node).
+  static constexpr int kMaxTP = 8;
+
+  static constexpr int kVersion = 2;
 };
 
 static_assert(MonoConfig::kConsumerWarps == 8, "gemv and attention index math assumes 8 consumer warps");

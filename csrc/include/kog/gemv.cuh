@@ -23,17 +23,23 @@ struct Chunk {
   int nvalid;  // units in this chunk (< nu only for the last chunk)
 };
 
-// Which weight rows chunk `c` of `stage` covers. For gate/up, units are rows j of gate and j of up (row I + j).
-__device__ __forceinline__ Chunk chunk_of(const ModelArgs& m, const bf16* w, int stage, int c) {
-  const int K = static_cast<int>(m.stage_k[stage]);
-  const int N = static_cast<int>(m.stage_n[stage]);
-  const int nu = static_cast<int>(m.stage_nu[stage]);
+// A stage's geometry (ModelArgs::stage_*: input length, output units, units per chunk, chunks), kept in shared
+// memory for the launch (SmemHeader::geo): the loader reads it per chunk, after waits whose "memory" clobbers
+// would otherwise make it re-read the global table every time.
+struct StageGeom {
+  int k, n, nu, chunks;
+};
+
+// Which weight rows chunk `c` of a stage with weight w covers. For gate/up (pair), units are rows j of gate and j of
+// up (row I + j).
+__device__ __forceinline__ Chunk chunk_of(const StageGeom& g, const bf16* w, bool pair, int c) {
+  const int K = g.k, N = g.n, nu = g.nu;
   Chunk ch;
   ch.r0 = c * nu;
   ch.nvalid = min(nu, N - ch.r0);
   ch.src0 = w + static_cast<size_t>(ch.r0) * K;
   ch.bytes0 = static_cast<uint32_t>(ch.nvalid) * K * 2u;
-  if (stage == MonoConfig::kStageGU) {
+  if (pair) {
     ch.src1 = w + static_cast<size_t>(N + ch.r0) * K;
     ch.bytes1 = ch.bytes0;
   } else {
@@ -62,7 +68,11 @@ __device__ __forceinline__ void gemv_chunk(const bf16* w_s, const bf16* x_s, int
     const uint4* w0 = reinterpret_cast<const uint4*>(w_s + static_cast<size_t>(unit) * K + part * seg) + lane;
     const uint4* w1 = reinterpret_cast<const uint4*>(w_s + static_cast<size_t>(nu + unit) * K + part * seg) + lane;
     const uint4* xv = reinterpret_cast<const uint4*>(x_s + part * seg) + lane;
+#ifdef KOG_BENCH_NO_MATH  // diagnostics build: the chunk's dot products are skipped (timing only, wrong results)
+    const int iters = 0;
+#else
     const int iters = seg / MonoConfig::kWarpStride;
+#endif
 #pragma unroll 4
     for (int i = 0; i < iters; ++i) {
       const uint4 x = xv[i * 32];

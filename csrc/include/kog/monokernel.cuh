@@ -20,11 +20,13 @@
 #include "kog/rmsnorm.cuh"
 #include "kog/sampling.cuh"
 #include "kog/sync.cuh"
+#include "kog/tp.cuh"
 #include "kog/trace.cuh"
 
 namespace kog {
 
 struct SmemHeader {
+  StageGeom geo[MonoConfig::kNumStages];  // ModelArgs::stage_*, copied at kernel start (see StageGeom)
   uint64_t full[MonoConfig::kMaxSlots];   // slot filled (one arrival with tx bytes, by the loader)
   uint64_t empty[MonoConfig::kMaxSlots];  // slot consumed (one arrival per consumer warp)
   uint64_t keys[MonoConfig::kConsumerWarps];
@@ -33,6 +35,7 @@ struct SmemHeader {
   int bcast[4];
   volatile int tok_go;    // consumers -> loader: token index whose weights may stream
   volatile int tok_stop;  // consumers -> loader: stop after the token before tok_go
+  int64_t tp_delta[MonoConfig::kMaxTP];     // ModelArgs::tp_delta, copied at kernel start
   float resid[MonoConfig::kMaxResidRows];  // residual values of this block's O / down rows
   int bt[MonoConfig::kBtCacheEntries];
 };
@@ -59,21 +62,22 @@ __device__ __forceinline__ const bf16* stage_weight(const ModelArgs& m, const La
 struct ChunkCursor {
   int t, l, st, c, base;
   bool done;
+  const bf16* w;  // weight matrix of stage (l, st): read from global memory once per stage, not per chunk
 
-  __device__ __forceinline__ void start(const ModelArgs& m, int num_tokens) {
+  __device__ __forceinline__ void start(const ModelArgs& m, const StageGeom* geo, int num_tokens) {
     t = 0;
     l = 0;
     st = MonoConfig::kStageQKV;
     base = 0;
     done = num_tokens <= 0;
     c = first_chunk(blockIdx.x, base, gridDim.x);
-    settle(m, num_tokens);
+    settle(m, geo, num_tokens, true);
   }
   // Moves past stages in which this block owns no (more) chunks.
-  __device__ __forceinline__ void settle(const ModelArgs& m, int num_tokens) {
+  __device__ __forceinline__ void settle(const ModelArgs& m, const StageGeom* geo, int num_tokens, bool moved) {
     const int G = gridDim.x;
-    while (!done && c >= static_cast<int>(m.stage_chunks[st])) {
-      base = (base + static_cast<int>(m.stage_chunks[st])) % G;
+    while (!done && c >= geo[st].chunks) {
+      base = (base + geo[st].chunks) % G;
       if (st == MonoConfig::kStageLM) {
         ++t;
         l = 0;
@@ -86,15 +90,16 @@ struct ChunkCursor {
         ++st;
       }
       c = first_chunk(blockIdx.x, base, G);
+      moved = true;
     }
+    if (moved && !done) w = st == MonoConfig::kStageLM ? m.lm_head : stage_weight(m, m.layers[l], st);
   }
-  __device__ __forceinline__ void advance(const ModelArgs& m, int num_tokens) {
+  __device__ __forceinline__ void advance(const ModelArgs& m, const StageGeom* geo, int num_tokens) {
     c += gridDim.x;
-    settle(m, num_tokens);
+    settle(m, geo, num_tokens, false);
   }
-  __device__ __forceinline__ Chunk chunk(const ModelArgs& m) const {
-    const bf16* w = st == MonoConfig::kStageLM ? m.lm_head : stage_weight(m, m.layers[l], st);
-    return chunk_of(m, w, st, c);
+  __device__ __forceinline__ Chunk chunk(const StageGeom* geo) const {
+    return chunk_of(geo[st], w, st == MonoConfig::kStageGU, c);
   }
 };
 
@@ -108,14 +113,16 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
   int slot = 0, cur_t = 0, mark_t = -1, mark_l = -1;
   uint32_t phase = 0;
   const Tracer tr(m);
+  const StageGeom* geo = hdr.geo;
+  uint32_t* const ctrs = m.counters;
   ChunkCursor fill, pref;
-  fill.start(m, ntok);
-  pref.start(m, ntok);
+  fill.start(m, geo, ntok);
+  pref.start(m, geo, ntok);
   for (int i = 0; i < ahead && !pref.done; ++i) {
-    const Chunk ch = pref.chunk(m);
+    const Chunk ch = pref.chunk(geo);
     bulk_prefetch_l2(ch.src0, ch.bytes0);
     if (ch.bytes1 != 0) bulk_prefetch_l2(ch.src1, ch.bytes1);
-    pref.advance(m, ntok);
+    pref.advance(m, geo, ntok);
   }
   while (!fill.done) {
     if (fill.t > cur_t) {
@@ -132,28 +139,33 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
       if (hdr.tok_stop) return;
       cur_t = fill.t;
     }
-    const Chunk ch = fill.chunk(m);
-    const int K = static_cast<int>(m.stage_k[fill.st]), nu = static_cast<int>(m.stage_nu[fill.st]);
+    const Chunk ch = fill.chunk(geo);
+    const int K = geo[fill.st].k, nu = geo[fill.st].nu;
     if (tr.p != nullptr && (fill.t != mark_t || fill.l != mark_l)) {
       tr.mark(fill.t, fill.st == MonoConfig::kStageLM ? static_cast<int>(m.num_layers) : fill.l, kEvLoaderLayer);
       mark_t = fill.t;
       mark_l = fill.l;
     }
-    mbar_wait(&hdr.empty[slot], phase ^ 1u, m.counters, kSiteEmpty);
+    mbar_wait(&hdr.empty[slot], phase ^ 1u, ctrs, kSiteEmpty);
+#ifdef KOG_BENCH_NO_COPY  // diagnostics build: slots are marked full without copying (timing only, wrong results)
+    mbar_arrive(&hdr.full[slot]);
+    (void)K, (void)nu, (void)policy;
+#else
     mbar_arrive_expect_tx(&hdr.full[slot], ch.bytes0 + ch.bytes1);
     uint8_t* dst = ring + static_cast<size_t>(slot) * MonoConfig::kSlotBytes;
     bulk_copy_g2s(dst, ch.src0, ch.bytes0, &hdr.full[slot], policy);
     if (ch.bytes1 != 0) bulk_copy_g2s(dst + pair_offset_bytes(K, nu), ch.src1, ch.bytes1, &hdr.full[slot], policy);
+#endif
     if (++slot == ns) {
       slot = 0;
       phase ^= 1u;
     }
-    fill.advance(m, ntok);
+    fill.advance(m, geo, ntok);
     if (ahead > 0 && !pref.done) {  // (ahead 0: no prefetch at all, not one of the chunk just copied)
-      const Chunk pc = pref.chunk(m);
+      const Chunk pc = pref.chunk(geo);
       bulk_prefetch_l2(pc.src0, pc.bytes0);
       if (pc.bytes1 != 0) bulk_prefetch_l2(pc.src1, pc.bytes1);
-      pref.advance(m, ntok);
+      pref.advance(m, geo, ntok);
     }
   }
 }
@@ -175,12 +187,12 @@ __device__ __forceinline__ void consume_stage(const ModelArgs& m, SmemHeader& hd
                                               int st, int c0, Epi&& epi, const Tracer& tr, int t, int l,
                                               int landed_ev) {
   const int G = gridDim.x;
-  const int n = static_cast<int>(m.stage_chunks[st]);
-  const int K = static_cast<int>(m.stage_k[st]), N = static_cast<int>(m.stage_n[st]);
-  const int nu = static_cast<int>(m.stage_nu[st]);
+  const StageGeom g = hdr.geo[st];
+  const int n = g.chunks, K = g.k, N = g.n, nu = g.nu;
+  uint32_t* const ctrs = m.counters;
   for (int c = c0, j = 0; c < n; c += G, ++j) {
     const int r0 = c * nu, k0 = j * nu;
-    mbar_wait(&hdr.full[ring.slot], ring.phase, m.counters, kSiteFull);
+    mbar_wait(&hdr.full[ring.slot], ring.phase, ctrs, kSiteFull);
     if (landed_ev >= 0 && c + G >= n && threadIdx.x == 0) tr.mark(t, l, landed_ev);
     const bf16* w_s = reinterpret_cast<const bf16*>(ring.base + static_cast<size_t>(ring.slot) * MonoConfig::kSlotBytes);
     gemv_chunk<kPair>(w_s, x_s, K, nu, min(nu, N - r0), hdr.red_gemv, ring.parity,
@@ -210,7 +222,7 @@ __device__ __forceinline__ void gather_rows(float* resid, const bf16* src, int c
   }
 }
 
-template <int D, bool kSampled>
+template <int D, bool kSampled, bool kTP>
 __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHeader& hdr, bf16* x_s, float* work,
                               uint8_t* ring_base, uint32_t epoch0) {
   using C = MonoConfig;
@@ -220,11 +232,11 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
   const int I = static_cast<int>(m.inter), S = static_cast<int>(m.num_splits), bs = static_cast<int>(m.block_size);
   const float eps = static_cast<float>(m.rms_eps);
   uint32_t* ctrs = m.counters;
-  const uint32_t n_qkv = static_cast<uint32_t>(m.stage_chunks[C::kStageQKV]);
-  const uint32_t n_o = static_cast<uint32_t>(m.stage_chunks[C::kStageO]);
-  const uint32_t n_gu = static_cast<uint32_t>(m.stage_chunks[C::kStageGU]);
-  const uint32_t n_down = static_cast<uint32_t>(m.stage_chunks[C::kStageDown]);
-  const uint32_t n_lm = static_cast<uint32_t>(m.stage_chunks[C::kStageLM]);
+  const uint32_t n_qkv = static_cast<uint32_t>(hdr.geo[C::kStageQKV].chunks);
+  const uint32_t n_o = static_cast<uint32_t>(hdr.geo[C::kStageO].chunks);
+  const uint32_t n_gu = static_cast<uint32_t>(hdr.geo[C::kStageGU].chunks);
+  const uint32_t n_down = static_cast<uint32_t>(hdr.geo[C::kStageDown].chunks);
+  const uint32_t n_lm = static_cast<uint32_t>(hdr.geo[C::kStageLM].chunks);
 
   Ring ring{ring_base, static_cast<int>(m.num_slots), 0, 0u, 0};
   int base = 0;
@@ -232,6 +244,12 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
   const bool has_task = b < nkv * S;
 
   const Tracer tr(m);
+  // Tensor parallelism (tp.cuh; a separate instantiation, so the TP=1 kernel carries none of it): W ranks; the
+  // o / down counters then count every rank's chunks.
+  constexpr bool tp = kTP;
+  const int W = kTP ? static_cast<int>(m.tp_size) : 1, rank = kTP ? static_cast<int>(m.tp_rank) : 0;
+  const uint32_t nw = static_cast<uint32_t>(W);
+  const int64_t* const delta = hdr.tp_delta;
   int ntok = 0;
   for (int t = 0; t < step.num_tokens; ++t) {
     const uint32_t e = epoch0 + static_cast<uint32_t>(t);
@@ -288,12 +306,14 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
           if (l == 0) {
             rmsnorm_to_smem(x_s, nullptr, emb, La.input_norm, H, eps, hdr.red_norm);
           } else {
-            consumer_wait(ctrs, layer_counter_index(l - 1, nkv, C::kStageDown), next * n_down);
-            rmsnorm_to_smem(x_s, prev->down_out, prev->rmid, La.input_norm, H, eps, hdr.red_norm);
+            consumer_wait(ctrs, layer_counter_index(l - 1, nkv, C::kStageDown), next * n_down * nw, tp);
+            rmsnorm_to_smem(x_s, tp ? layer_parts(m, l - 1, kPartDown, W, H) : prev->down_out, prev->rmid,
+                            La.input_norm, H, eps, hdr.red_norm, W, H);
           }
           if (tid == 0) tr.mark(t, l, kEvQkvReady);
+          bf16* const qkv_out = La.qkv_out;
           consume_stage<false>(m, hdr, ring, x_s, C::kStageQKV, c0,
-                               [&](int r, int, float v, float) { st_bf16(La.qkv_out, r, v); }, tr, t, l, kEvQkvLanded);
+                               [=](int r, int, float v, float) { st_bf16(qkv_out, r, v); }, tr, t, l, kEvQkvLanded);
           consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageQKV), static_cast<uint32_t>(mine));
           if (tid == 0) tr.mark(t, l, kEvQkvDone);
         }
@@ -317,18 +337,35 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
           // leaves the critical path. rin is complete once the previous layer's down stage is (this block waited
           // for it in its QKV stage, or waits here: then already satisfied in practice).
           if (l > 0 && qkv_mine == 0) {
-            consumer_wait(ctrs, layer_counter_index(l - 1, nkv, C::kStageDown), next * n_down);
+            consumer_wait(ctrs, layer_counter_index(l - 1, nkv, C::kStageDown), next * n_down * nw, tp);
           }
-          gather_rows(hdr.resid, rin, c0, mine, static_cast<int>(m.stage_nu[C::kStageO]), H);
+          if (!tp) {
+            gather_rows(hdr.resid, rin, c0, mine, hdr.geo[C::kStageO].nu, H);
+          } else if (l > 0) {  // this rank's copy of rin = bf16(allreduce(down partials) + rmid), for GU and down
+            sum_rows_to(prev->rin_next, layer_parts(m, l - 1, kPartDown, W, H), W, prev->rmid, c0, mine,
+                        hdr.geo[C::kStageO].nu, H);
+          }
           consumer_wait(ctrs, layer_counter_index(l, nkv, kCtrAttnDone), next * static_cast<uint32_t>(nkv));
           copy_to_smem(x_s, La.attn_out, nh * D);
           if (tid == 0) tr.mark(t, l, kEvOReady);
-          consume_stage<false>(m, hdr, ring, x_s, C::kStageO, c0, [&](int r, int k, float v, float) {
+          bf16* const o_out = La.o_out;
+          bf16* const rmid = La.rmid;
+          const float* const resid = hdr.resid;
+          bf16* const part = layer_parts(m, l, kPartO, W, H) + static_cast<size_t>(rank) * H;
+          consume_stage<false>(m, hdr, ring, x_s, C::kStageO, c0, [=](int r, int k, float v, float) {
             const float o = round_bf16(v);
-            st_bf16(La.o_out, r, o);
-            st_bf16(La.rmid, r, o + hdr.resid[k]);
+            if constexpr (tp) {
+              push_partial(part, r, o, W, delta);
+            } else {
+              st_bf16(o_out, r, o);
+              st_bf16(rmid, r, o + resid[k]);
+            }
           }, tr, t, l, kEvOLanded);
-          consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageO), static_cast<uint32_t>(mine));
+          if (tp) {
+            consumer_signal_ranks(ctrs, layer_counter_index(l, nkv, C::kStageO), static_cast<uint32_t>(mine), W, delta);
+          } else {
+            consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageO), static_cast<uint32_t>(mine));
+          }
           if (tid == 0) tr.mark(t, l, kEvODone);
         }
         base = (base + static_cast<int>(n_o)) % G;
@@ -339,12 +376,14 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
         const int mine = chunks_owned(c0, static_cast<int>(n_gu), G);
         gu_mine = mine;
         if (mine > 0) {
-          consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageO), next * n_o);
-          rmsnorm_to_smem(x_s, La.o_out, rin, La.post_norm, H, eps, hdr.red_norm);
+          consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageO), next * n_o * nw, tp);
+          rmsnorm_to_smem(x_s, tp ? layer_parts(m, l, kPartO, W, H) : La.o_out, rin, La.post_norm, H, eps,
+                          hdr.red_norm, W, H);
           if (tid == 0) tr.mark(t, l, kEvGuReady);
-          consume_stage<true>(m, hdr, ring, x_s, C::kStageGU, c0, [&](int r, int, float vg, float vu) {
+          bf16* const act = La.act;
+          consume_stage<true>(m, hdr, ring, x_s, C::kStageGU, c0, [=](int r, int, float vg, float vu) {
             const float gt = round_bf16(vg), up = round_bf16(vu);
-            st_bf16(La.act, r, __fmul_rn(__fdiv_rn(gt, 1.f + expf(-gt)), up));
+            st_bf16(act, r, __fmul_rn(__fdiv_rn(gt, 1.f + expf(-gt)), up));
           }, tr, t, l, kEvGuLanded);
           consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageGU), static_cast<uint32_t>(mine));
           if (tid == 0) tr.mark(t, l, kEvGuDone);
@@ -357,17 +396,34 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
         const int mine = chunks_owned(c0, static_cast<int>(n_down), G);
         if (mine > 0) {
           // rmid is complete with the O stage (this block waited for it in its gate/up stage, or waits here).
-          if (gu_mine == 0) consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageO), next * n_o);
-          gather_rows(hdr.resid, La.rmid, c0, mine, static_cast<int>(m.stage_nu[C::kStageDown]), H);
+          if (gu_mine == 0) consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageO), next * n_o * nw, tp);
+          if (tp) {  // this rank's copy of rmid = bf16(allreduce(O partials) + rin), for the next QKV / O
+            sum_rows_to(La.rmid, layer_parts(m, l, kPartO, W, H), W, rin, c0, mine, hdr.geo[C::kStageDown].nu, H);
+          } else {
+            gather_rows(hdr.resid, La.rmid, c0, mine, hdr.geo[C::kStageDown].nu, H);
+          }
           consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageGU), next * n_gu);
           copy_to_smem(x_s, La.act, I);
           if (tid == 0) tr.mark(t, l, kEvDownReady);
-          consume_stage<false>(m, hdr, ring, x_s, C::kStageDown, c0, [&](int r, int k, float v, float) {
+          bf16* const down_out = La.down_out;
+          bf16* const rin_next = La.rin_next;
+          const float* const resid = hdr.resid;
+          bf16* const part = layer_parts(m, l, kPartDown, W, H) + static_cast<size_t>(rank) * H;
+          consume_stage<false>(m, hdr, ring, x_s, C::kStageDown, c0, [=](int r, int k, float v, float) {
             const float d = round_bf16(v);
-            st_bf16(La.down_out, r, d);
-            st_bf16(La.rin_next, r, d + hdr.resid[k]);
+            if constexpr (tp) {
+              push_partial(part, r, d, W, delta);
+            } else {
+              st_bf16(down_out, r, d);
+              st_bf16(rin_next, r, d + resid[k]);
+            }
           }, tr, t, l, kEvDownLanded);
-          consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageDown), static_cast<uint32_t>(mine));
+          if (tp) {
+            consumer_signal_ranks(ctrs, layer_counter_index(l, nkv, C::kStageDown), static_cast<uint32_t>(mine), W,
+                                  delta);
+          } else {
+            consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageDown), static_cast<uint32_t>(mine));
+          }
           if (tid == 0) tr.mark(t, l, kEvDownDone);
         }
         base = (base + static_cast<int>(n_down)) % G;
@@ -386,17 +442,19 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
       const uint32_t rkey = kSampled ? rng::row_key(__ldg(step.sample_seed), pos) : 0u;
       uint64_t best = 0;
       if (mine > 0) {
-        consumer_wait(ctrs, layer_counter_index(L - 1, nkv, C::kStageDown), next * n_down);
-        rmsnorm_to_smem(x_s, last.down_out, last.rmid, m.final_norm, H, eps, hdr.red_norm);
+        consumer_wait(ctrs, layer_counter_index(L - 1, nkv, C::kStageDown), next * n_down * nw, tp);
+        rmsnorm_to_smem(x_s, tp ? layer_parts(m, L - 1, kPartDown, W, H) : last.down_out, last.rmid, m.final_norm,
+                        H, eps, hdr.red_norm, W, H);
         if (tid == 0) tr.mark(t, L, kEvLmReady);
+        const uint32_t row0 = static_cast<uint32_t>(m.vocab_start);  // keys carry global vocabulary ids
         consume_stage<false>(m, hdr, ring, x_s, C::kStageLM, c0, [&](int r, int, float v, float) {
           const float lv = round_bf16(v);
           st_bf16(logits, r, lv);
           uint64_t k;
           if constexpr (kSampled) {
-            k = sampling::sampled_key(lv, static_cast<uint32_t>(r), step.temperature, rkey);
+            k = sampling::sampled_key(lv, row0 + static_cast<uint32_t>(r), step.temperature, rkey);
           } else {
-            k = argmax_key(lv, static_cast<uint32_t>(r));
+            k = argmax_key(lv, row0 + static_cast<uint32_t>(r));
           }
           best = k > best ? k : best;
         }, tr, t, L, -1);
@@ -411,8 +469,9 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
       }
       consumer_sync();
       if (hdr.bcast[1] != 0 && tid < 32) {
-        const uint64_t k = grid_max_key(m.argmax_slots, G);
+        uint64_t k = grid_max_key(m.argmax_slots, G);
         if (tid == 0) {
+          if constexpr (tp) k = tp_best_key(m, k, e, W, rank, delta);
           step.tokens_out[t] = static_cast<int64_t>(argmax_row(k));
           if (step.num_out != nullptr) step.num_out[0] = t + 1;
           st_release(counter(ctrs, kCtrTokenReady), next);
@@ -447,12 +506,20 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
   }
 }
 
-template <int D, bool kSampled>
+template <int D, bool kSampled, bool kTP>
 __global__ void __launch_bounds__(MonoConfig::kThreads, 1) monokernel_kernel(const __grid_constant__ StepArgs step) {
   extern __shared__ __align__(128) uint8_t smem[];
   SmemHeader& hdr = *reinterpret_cast<SmemHeader*>(smem);
   const ModelArgs& m = *step.model;
   const int ns = static_cast<int>(m.num_slots);
+  if (threadIdx.x >= 32 && threadIdx.x < 32 + MonoConfig::kMaxTP) {
+    hdr.tp_delta[threadIdx.x - 32] = m.tp_delta[threadIdx.x - 32];
+  }
+  if (threadIdx.x < MonoConfig::kNumStages) {
+    const int st = threadIdx.x;
+    hdr.geo[st] = StageGeom{static_cast<int>(m.stage_k[st]), static_cast<int>(m.stage_n[st]),
+                            static_cast<int>(m.stage_nu[st]), static_cast<int>(m.stage_chunks[st])};
+  }
   if (threadIdx.x == 0) {
     for (int i = 0; i < ns; ++i) {
       mbar_init(&hdr.full[i], 1u);
@@ -469,7 +536,7 @@ __global__ void __launch_bounds__(MonoConfig::kThreads, 1) monokernel_kernel(con
     return;
   }
   const uint32_t epoch0 = ld_relaxed(counter(m.counters, kCtrEpoch));
-  run_consumers<D, kSampled>(m, step, hdr, reinterpret_cast<bf16*>(smem + MonoConfig::kHeaderBytes),
+  run_consumers<D, kSampled, kTP>(m, step, hdr, reinterpret_cast<bf16*>(smem + MonoConfig::kHeaderBytes),
                    reinterpret_cast<float*>(smem + MonoConfig::kHeaderBytes), ring, epoch0);
 }
 

@@ -23,9 +23,10 @@ __device__ __forceinline__ float consumer_sum(float v, float* red) {
 }
 
 // x_s[0:H] = rmsnorm(a + b) * w as bf16. a, b: bf16 [H] in global memory (possibly written by other blocks in
-// this launch: read through L2). Ends with a consumer barrier.
+// this launch: read through L2). With na > 1, a is na partial sums a_stride elements apart (tensor-parallel ranks)
+// and stands for bf16(a_0 + a_1 + ... in fp32, rank order): the all-reduce's result. Ends with a consumer barrier.
 __device__ __forceinline__ void rmsnorm_to_smem(bf16* x_s, const bf16* a, const bf16* b, const bf16* w, int H,
-                                                float eps, float* red) {
+                                                float eps, float* red, int na = 1, int a_stride = 0) {
   constexpr int kIt = MonoConfig::kMaxNormIters;
   const int tid = threadIdx.x;
   float s[kIt][8];
@@ -38,6 +39,16 @@ __device__ __forceinline__ void rmsnorm_to_smem(bf16* x_s, const bf16* a, const 
       if (a != nullptr) {
         float t[8];
         unpack8(ld_cg_v4(a + i), t);
+        if (na > 1) {
+          for (int q = 1; q < na; ++q) {
+            float u[8];
+            unpack8(ld_cg_v4(a + static_cast<size_t>(q) * a_stride + i), u);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) t[e] += u[e];
+          }
+#pragma unroll
+          for (int e = 0; e < 8; ++e) t[e] = round_bf16(t[e]);
+        }
 #pragma unroll
         for (int e = 0; e < 8; ++e) s[it][e] = t[e] + s[it][e];
       }

@@ -14,12 +14,16 @@ namespace kog {
 //   0 epoch (steps completed, written by the last block to finish a launch)   1 finish (blocks done this launch)
 //   2 lm (blocks done with the LM head)   3 token-ready (epoch + 1 once the sampled token is in tokens_out)
 //   4 abort (0, or the site of the first wait that timed out)   5..8 that wait's block, what, target, seen
+//   9 tp-lm (tensor parallelism: ranks whose best LM-head key of the token arrived here)
 //   12 + l * (5 + nkv) + {0 qkv, 1 o, 2 gate/up, 3 down}: chunks of that stage completed (cumulative over steps)
 //                      + 4 attn_done: KV heads whose attention output is combined
 //                      + 5 + h: splits of KV head h finished
 // Counters only grow (mod 2^32); a wait for step e compares against (e + 1) * count with wrap-aware arithmetic, so
 // no pass resets them between launches.
+// Tensor parallelism (W ranks): every rank's O and down blocks add to the o / down counters of all W ranks (system
+// scope), so those count W x chunks per step; tp-lm counts W per step.
 constexpr int kCtrEpoch = 0, kCtrFinish = 1, kCtrLM = 2, kCtrTokenReady = 3, kCtrAbort = 4, kCtrDiag = 5;
+constexpr int kCtrTpLM = 9;
 constexpr int kCtrLayerBase = 12;
 constexpr int kCtrAttnDone = 4, kCtrAttnKV = 5;  // within a layer's block, after the four GEMV stages
 
@@ -57,6 +61,15 @@ __device__ __forceinline__ void st_release(uint32_t* p, uint32_t v) {
 __device__ __forceinline__ void red_release_add(uint32_t* p, uint32_t v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
+// System scope: counters other GPUs (tensor-parallel peers, through CUDA IPC) add to or wait on.
+__device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void red_release_add_sys(uint32_t* p, uint32_t v) {
+  asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
 __device__ __forceinline__ uint32_t atom_acq_rel_add(uint32_t* p, uint32_t v) {
   uint32_t old;
   asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
@@ -84,24 +97,26 @@ __device__ __forceinline__ void consumer_sync() {
 
 // One consumer thread spins until counter `index` reaches target (acquire), then the barrier extends that acquire
 // to every consumer thread: their later loads are ordered after the producers' releases (causality order is
-// transitive through bar.sync).
-__device__ __forceinline__ void consumer_wait(uint32_t* ctrs, int index, uint32_t target) {
-  if (threadIdx.x == 0) {
-    const uint32_t* p = counter(ctrs, index);
-    uint32_t v = ld_acquire(p);
-    if (!reached(v, target)) {
-      const long long t0 = clock64();
-      for (uint32_t n = 1;; ++n) {
-        __nanosleep(32);
-        v = ld_acquire(p);
-        if (reached(v, target)) break;
-        if ((n & 1023u) == 0 && (aborted(ctrs) || clock64() - t0 > kWaitTimeoutCycles)) {
-          record_abort(ctrs, kSiteCounter, static_cast<uint32_t>(index), target, v);
-          break;
-        }
+// transitive through bar.sync). sys: the counter is also added to by other GPUs (tensor parallelism), so the
+// acquire is at system scope.
+__device__ __forceinline__ void spin_until(uint32_t* ctrs, int index, uint32_t target, bool sys) {
+  const uint32_t* p = counter(ctrs, index);
+  uint32_t v = sys ? ld_acquire_sys(p) : ld_acquire(p);
+  if (!reached(v, target)) {
+    const long long t0 = clock64();
+    for (uint32_t n = 1;; ++n) {
+      __nanosleep(32);
+      v = sys ? ld_acquire_sys(p) : ld_acquire(p);
+      if (reached(v, target)) break;
+      if ((n & 1023u) == 0 && (aborted(ctrs) || clock64() - t0 > kWaitTimeoutCycles)) {
+        record_abort(ctrs, kSiteCounter, static_cast<uint32_t>(index), target, v);
+        break;
       }
     }
   }
+}
+__device__ __forceinline__ void consumer_wait(uint32_t* ctrs, int index, uint32_t target, bool sys = false) {
+  if (threadIdx.x == 0) spin_until(ctrs, index, target, sys);
   consumer_sync();
 }
 
@@ -110,6 +125,16 @@ __device__ __forceinline__ void consumer_wait(uint32_t* ctrs, int index, uint32_
 __device__ __forceinline__ void consumer_signal(uint32_t* ctrs, int index, uint32_t amount) {
   consumer_sync();
   if (threadIdx.x == 0) red_release_add(counter(ctrs, index), amount);
+}
+// The same, to counter `index` of each of W ranks (rank q's copy at + delta[q] bytes), at system scope: the block's
+// stores into the peers' buffers (through IPC mappings) are ordered before each release the same way.
+__device__ __forceinline__ void consumer_signal_ranks(uint32_t* ctrs, int index, uint32_t amount, int W,
+                                                      const int64_t* delta) {
+  consumer_sync();
+  if (threadIdx.x == 0) {
+    uint8_t* p = reinterpret_cast<uint8_t*>(counter(ctrs, index));
+    for (int q = 0; q < W; ++q) red_release_add_sys(reinterpret_cast<uint32_t*>(p + delta[q]), amount);
+  }
 }
 
 // ---- loads of data other blocks wrote in this launch: L2 only, never a stale L1 line ---------------------------

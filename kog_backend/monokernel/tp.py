@@ -1,0 +1,104 @@
+"""Tensor parallelism for the monokernel: vLLM's TP sharding of a decoder, and the buffer each rank shares with
+the others through CUDA IPC (csrc/include/kog/tp.cuh).
+
+Shared buffer of one rank (bytes, from its base; every rank's has the same layout):
+  [0, counters)            the kernel's dependency counters (layout.num_counters words), so peers can add to them
+  [keys, keys + 16 W)      uint64 [2 (token parity)][W]: each rank's best LM-head key of a token
+  [parts, parts + 4 L W H) bf16 [L][2 (O, down)][W][H]: each rank's partial sums of a layer's O / down projections
+For Llama-3.2-1B at W = 2 that is 256 KiB per rank.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from kog_backend.model_spec import DecoderShape, DecoderWeights, LayerWeights
+from kog_backend.monokernel import layout
+
+
+@dataclasses.dataclass(frozen=True)
+class TPBufferLayout:
+    counters: int
+    keys: int
+    parts: int
+    nbytes: int
+
+
+def _align(n: int, a: int = 256) -> int:
+    return (n + a - 1) // a * a
+
+
+def tp_buffer_layout(shape: DecoderShape, world: int) -> TPBufferLayout:
+    counters = _align(layout.num_counters(shape.num_layers, shape.num_kv_heads) * 4)
+    keys = _align(2 * world * 8)
+    parts = shape.num_layers * 2 * world * shape.hidden_size * 2
+    return TPBufferLayout(counters=0, keys=counters, parts=counters + keys, nbytes=_align(counters + keys + parts))
+
+
+def tp_unsupported_reason(shape: DecoderShape, world: int) -> str | None:
+    """Why a model sharded `world` ways cannot run on the TP monokernel (None: it can)."""
+    if world < 2:
+        return None
+    if world > layout.CONFIG["kMaxTP"]:
+        return f"tensor parallelism {world} (the monokernel exchanges partials between at most {layout.CONFIG['kMaxTP']} ranks)"
+    if shape.tp_size != world:
+        return f"the weights are sharded {shape.tp_size} ways, the group has {world} ranks"
+    return None
+
+
+def _split_rows(t: torch.Tensor, rank: int, world: int) -> torch.Tensor:
+    n = t.shape[0] // world
+    return t[rank * n : (rank + 1) * n]
+
+
+def shard_decoder(w: DecoderWeights, rank: int, world: int) -> DecoderWeights:
+    """Rank `rank`'s shard of full weights `w` as vLLM lays them out at tensor parallelism `world`: QKV
+    (QKVParallelLinear: this rank's Q heads, then its K heads, then its V heads), gate/up (MergedColumnParallel:
+    its gate rows then its up rows), O and down (RowParallel: its input columns), LM head (ParallelLMHead: an even
+    share of the padded vocabulary rows). Norms, RoPE cache and the embedding stay whole: the kernel reads the
+    token's embedding row from a full table (vLLM shards it; the runner gathers it once, see Monokernel)."""
+    s = w.shape
+    if s.num_heads % world or s.num_kv_heads % world or s.intermediate_size % world:
+        raise ValueError(f"heads {s.num_heads}/{s.num_kv_heads} or intermediate {s.intermediate_size} not divisible by {world}")
+    if w.lm_head.shape[0] % world:
+        raise ValueError(f"{w.lm_head.shape[0]} LM-head rows not divisible by {world}")
+    D, nh, nkv, I = s.head_dim, s.num_heads // world, s.num_kv_heads // world, s.intermediate_size // world
+    vocab_local = w.lm_head.shape[0] // world
+    shape = dataclasses.replace(
+        s, num_heads=nh, num_kv_heads=nkv, intermediate_size=I, padded_vocab_local=vocab_local,
+        vocab_start=rank * vocab_local, tp_size=world, tp_rank=rank,
+    )  # fmt: skip
+    layers = []
+    for lw in w.layers:
+        q, k, v = lw.qkv.split([s.num_heads * D, s.num_kv_heads * D, s.num_kv_heads * D])
+        qkv = torch.cat([_split_rows(q, rank, world), _split_rows(k, rank, world), _split_rows(v, rank, world)])
+        gate, up = lw.gate_up.split([s.intermediate_size, s.intermediate_size])
+        layers.append(
+            LayerWeights(
+                input_norm=lw.input_norm, qkv=qkv.contiguous(), q_norm=lw.q_norm, k_norm=lw.k_norm,
+                o_proj=lw.o_proj[:, rank * nh * D : (rank + 1) * nh * D].contiguous(), post_norm=lw.post_norm,
+                gate_up=torch.cat([_split_rows(gate, rank, world), _split_rows(up, rank, world)]).contiguous(),
+                down=lw.down[:, rank * I : (rank + 1) * I].contiguous(),
+            )  # fmt: skip
+        )
+    return DecoderWeights(
+        shape=shape, embed=w.embed, layers=layers, final_norm=w.final_norm,
+        lm_head=_split_rows(w.lm_head, rank, world).contiguous(), cos_sin=w.cos_sin,
+    )  # fmt: skip
+
+
+def shard_kv_caches(caches: list[torch.Tensor], rank: int, world: int) -> list[torch.Tensor]:
+    """This rank's KV heads of full caches ([blocks, nkv, block, 2D] views), copied into caches of the same memory
+    layout (vLLM allocates each rank's cache for its own heads)."""
+    out = []
+    for kv in caches:
+        n = kv.shape[1] // world
+        part = kv[:, rank * n : (rank + 1) * n]
+        # keep the physical order of the full cache's dimensions (NHD or HND)
+        order = sorted(range(4), key=lambda d: -kv.stride(d))
+        mem = part.permute(*order).clone(memory_format=torch.contiguous_format)  # a copy even at world 1
+        inv = [order.index(d) for d in range(4)]
+        out.append(mem.permute(*inv))
+    return out
