@@ -61,7 +61,9 @@ def _record(queue: Any, model: str, engine_kwargs: dict, prompt_ids: list[int], 
     sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     out = llm.generate([{"prompt_token_ids": prompt_ids}], sp)[0].outputs[0]
     stats = worker.kog_stats() if hasattr(worker, "kog_stats") else None
-    queue.put(Recording(list(out.token_ids), torch.stack(proxy.rows), stats))
+    # numpy pickles by value: a torch tensor would travel as a file descriptor of this process's shared memory,
+    # which the parent can no longer open once this process has exited (EOFError seen with the 8B shape's logits)
+    queue.put((list(out.token_ids), torch.stack(proxy.rows).numpy(), stats))
 
 
 def record(model: str, engine_kwargs: dict, prompt_ids: list[int], max_tokens: int,
@@ -71,12 +73,12 @@ def record(model: str, engine_kwargs: dict, prompt_ids: list[int], max_tokens: i
     proc = ctx.Process(target=_record, args=(queue, model, engine_kwargs, prompt_ids, max_tokens, force))
     proc.start()
     try:
-        result = queue.get(timeout=timeout_s)
+        tokens, logits, stats = queue.get(timeout=timeout_s)
     finally:
         proc.join(60)
         if proc.is_alive():
             proc.kill()
-    return result
+    return Recording(tokens, torch.from_numpy(logits), stats)
 
 
 @dataclasses.dataclass

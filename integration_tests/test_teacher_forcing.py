@@ -3,7 +3,8 @@
 For each shape: stock decodes freely (tokens S, logits L_s); kog decodes freely (tokens G); kog decodes again with
 its tokens forced to S (logits L_k). Required: |L_k - L_s| <= ATOL at every step and vocabulary entry; every step
 where argmax(L_k) != S has a stock top-2 margin <= 2*ATOL; and G == S, or G first differs from S at such a step.
-ATOL (absolute, on bf16 logits of magnitude ~1-10) is stated below and overridable with KOG_LOGIT_ATOL.
+ATOL (absolute, on bf16 logits of magnitude ~1-10; per shape where stock's own rounding needs more) is stated
+below and overridable with KOG_LOGIT_ATOL / KOG_LOGIT_ATOL_8B.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ pytestmark = pytest.mark.vllm_gpu
 
 # Measured 2026-12-02 on the H200, torch step vs stock (eager), llama-3.2-1b shape, 128 steps: max |dlogit| =
 # 0.156 (2.5 bf16 ulps at |logit| 8-16), 10 flips, all at stock top-2 margins <= 0.0625 (6 of them exact bf16 ties).
+# Llama-3.1-8B shape (32 layers, untied random head), measured 2026-12-03 on the H200, 128 steps: torch step vs
+# stock max |dlogit| = 0.5625, monokernel vs stock 0.544 (27 flips, all explained); its bound is set from the
+# torch step, which follows stock's recipe op for op, so the kernel is held to what stock's own rounding allows.
 ATOL = float(os.environ.get("KOG_LOGIT_ATOL", "0.25"))
+SHAPE_ATOL = {"llama-3.1-8b": float(os.environ.get("KOG_LOGIT_ATOL_8B", "0.6"))}
 NEW_TOKENS = int(os.environ.get("KOG_TF_TOKENS", "128"))
 SHAPES = os.environ.get("KOG_TF_SHAPES", "llama-3.2-1b").split(",")
 IMPLS = os.environ.get("KOG_TF_IMPLS", "torch,monokernel").split(",")
@@ -39,12 +44,13 @@ def test_greedy_parity_under_teacher_forcing(checkpoint, shape, prompt_len, impl
     kog = kog_kwargs({"step_impl": impl}, **kw)
     free = record(model, kog, prompt, NEW_TOKENS)
     forced = record(model, kog, prompt, NEW_TOKENS, force=stock.tokens)
-    c = compare(stock, forced, ATOL)
+    atol = SHAPE_ATOL.get(shape, ATOL)
+    c = compare(stock, forced, atol)
     c.first_free_mismatch = first_mismatch(free.tokens, stock.tokens)
     print(f"\n[{shape} {impl}] steps={c.steps} max|dlogit|={c.max_abs_diff:.4f} flips={c.flips} "
           f"free-run first mismatch={c.first_free_mismatch} kog={forced.kog_stats}")
     assert forced.kog_stats["kog_steps"] == NEW_TOKENS - 1, forced.kog_stats
-    assert c.max_abs_diff <= ATOL, c
+    assert c.max_abs_diff <= atol, c
     assert not c.unexplained, c
     if c.first_free_mismatch is not None:
         assert c.first_free_mismatch in {i for i, _ in c.flips}, c
