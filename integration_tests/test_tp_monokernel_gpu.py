@@ -7,10 +7,11 @@ its KV heads of the same random context, and runs LAUNCHES launches of K greedy 
 the first's last token: epochs advance across launches, no counter is reset).
 
 Checks: each rank's logits of the first TF_STEPS tokens against the TP schedule's torch reference
-(reference.reference_step_tp, fed the kernel's tokens) within REF_RTOL, and world 1's against reference_step; both ranks produce the same tokens; the
-world-2 tokens equal world 1's; wherever they first differ, the world-1 logits there have a top-2 margin below 2%
-of the top logit (a bf16 near-tie: each rank rounds its partial to bf16 before the sum, as vLLM's all-reduce does)
-and until then the logits agree within W1_RTOL relative norm; no wait timed out.
+(reference.reference_step_tp, fed the kernel's tokens) within REF_RTOL, and world 1's against reference_step;
+all ranks produce the same tokens; the world-W tokens equal world 1's; wherever they first differ, the world-1
+logits there have a top-2 margin below 2% of the top logit (a bf16 near-tie: each rank rounds its partial to bf16
+before the sum, as vLLM's all-reduce does) and until then the logits agree within W1_RTOL relative norm; no wait
+timed out.
 
 Run on the device:  python -m pytest integration_tests/test_tp_monokernel_gpu.py
 """
@@ -64,7 +65,8 @@ def tp_worker(rank: int, world: int, shape_name: str, out_dir: str, grid_share: 
         w = tp.shard_decoder(full, rank, world)
         caches = tp.shard_kv_caches(caches, rank, world)
         torch.cuda.empty_cache()
-        buf, reason = SharedBuffer.create(ops.ops(), dist.group.WORLD, dev.index, tp.tp_buffer_layout(w.shape, world).nbytes)
+        nbytes = tp.tp_buffer_layout(w.shape, world).nbytes
+        buf, reason = SharedBuffer.create(ops.ops(), dist.group.WORLD, dev.index, nbytes)
         if buf is None:
             return {"error": f"shared buffer: {reason}"}
     sms = torch.cuda.get_device_properties(dev).multi_processor_count // grid_share
@@ -130,7 +132,7 @@ def test_tp_tokens_match_world1(shape_name, world, mps_status, tmp_path):
     problems += [f"world 1: timeout: {base['diag']}"] if base["diag"] else []
     problems += [f"rank {r}: timeout: {res['diag']}" for r, res in enumerate(ranks) if res["diag"]]
     for r in range(1, world):
-        assert ranks[r]["tokens"] == ranks[0]["tokens"], f"ranks 0 and {r} disagree: {ranks[0]['tokens']} vs {ranks[r]['tokens']}"
+        assert ranks[r]["tokens"] == ranks[0]["tokens"], f"ranks 0, {r}: {ranks[0]['tokens']} vs {ranks[r]['tokens']}"
     t1, t2 = base["tokens"], ranks[0]["tokens"]
     l1 = torch.load(tmp_path / "logits_w1_r0.pt")
     l2 = torch.cat([torch.load(tmp_path / f"logits_w{world}_r{r}.pt") for r in range(world)], dim=1)
@@ -149,7 +151,8 @@ def test_tp_tokens_match_world1(shape_name, world, mps_status, tmp_path):
             problems.append(f"token {i}: logits rel err {rel:.2e} (world {world} vs world 1)")
     report = (f"{shape_name}: world 1 grid {base['grid']}, world {world} grid {ranks[0]['grid']} x {world}; "
               f"{upto if first is None else first} of {len(t1)} greedy tokens identical; logits vs world 1 within "
-              f"{worst:.2e}; vs the torch reference: world {world} within {max(x for res in ranks for x in res['ref_rel']):.2e}, "
+              f"{worst:.2e}; vs the torch reference: world {world} within "
+              f"{max(x for res in ranks for x in res['ref_rel']):.2e}, "
               f"world 1 within {max(base['ref_rel']):.2e}")  # fmt: skip
     if first is not None:
         margin, top = _margin(l1[first])

@@ -38,6 +38,11 @@ class KogConfig:
     # chi-square test against stock's (test_sampled_distribution.py, p = 0.95). False: such requests run the
     # kog path one token per step with vLLM's own sampler.
     sampled_bursts: bool = True
+    # Tensor parallelism > 1: run the TP monokernel (ranks exchange partial sums through CUDA IPC inside the kernel,
+    # csrc/include/kog/tp.cuh). Verified on one H200 with 2 and 4 ranks sharing it under MPS
+    # (integration_tests/test_tp_monokernel_gpu.py), not yet on several GPUs, hence off by default; off, TP > 1 is
+    # served stock.
+    tp_monokernel: bool = False
     # Where workers write their fallback counters for `kog stats` ("" = $KOG_STATE_DIR or /tmp/kog_backend).
     state_dir: str = ""
 

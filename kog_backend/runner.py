@@ -86,6 +86,9 @@ class KogModelRunner(GPUModelRunnerV2):
         self._kog_all_reduce = None
         self._kog_mk = None  # kog_backend.monokernel.Monokernel when step_impl selects it
         self._kog_mk_logits: torch.Tensor | None = None  # bf16 [1, vocab]: the monokernel's logits of a K=1 step
+        # Tensor parallelism: bf16 [1, V_pad / tp], this rank's rows of a K=1 step, and their all-gather.
+        self._kog_mk_local_logits: torch.Tensor | None = None
+        self._kog_gather_logits = None
         self._kog_logits_pending = False
         self._kog_stop_tensors: dict[tuple[int, ...], torch.Tensor] = {}
         reason = eligibility.server_unsupported_reason(vllm_config)
@@ -184,6 +187,8 @@ class KogModelRunner(GPUModelRunnerV2):
         if reason is None:
             from kog_backend.monokernel import Monokernel, unsupported_reason
 
+            if self._kog_weights.shape.tp_size > 1:
+                return self._kog_select_tp_monokernel()
             reason = unsupported_reason(self._kog_weights, self._kog_kv_caches, self.device)
         if reason is not None:
             self._kog_disable(f"monokernel: {reason}")
@@ -201,6 +206,35 @@ class KogModelRunner(GPUModelRunnerV2):
         return "monokernel"
 
     # ---- request tracking ------------------------------------------------------------------------------------
+
+    def _kog_select_tp_monokernel(self) -> str | None:
+        """Tensor parallelism: the TP monokernel on every rank of the group or on none (tp.setup_tp_monokernel), when
+        the tp_monokernel option is on. Its K = 1 logits are this rank's vocabulary rows, gathered for vLLM's
+        sampler."""
+        s = self._kog_weights.shape
+        if not self.kog_config.tp_monokernel:
+            self._kog_disable(
+                f"monokernel: tensor parallelism {s.tp_size}: the TP monokernel is off (kog option tp_monokernel; "
+                "verified with ranks sharing one GPU, not yet on several GPUs)"
+            )
+            return None
+        from vllm.distributed import get_tp_group, tensor_model_parallel_all_gather
+
+        from kog_backend.monokernel.tp import setup_tp_monokernel
+
+        mk, reason = setup_tp_monokernel(
+            self._kog_weights, self._kog_kv_caches, self.device, self.max_model_len, self._kog_tokens_per_step,
+            get_tp_group().cpu_group, lambda t: tensor_model_parallel_all_gather(t, dim=0),
+        )  # fmt: skip
+        if mk is None:
+            self._kog_disable(f"TP monokernel: {reason}")
+            return None
+        self._kog_mk = mk
+        vocab = self.model_config.get_vocab_size()
+        self._kog_mk_logits = torch.empty(1, vocab, dtype=torch.bfloat16, device=self.device)
+        self._kog_mk_local_logits = torch.empty(1, s.padded_vocab_local, dtype=torch.bfloat16, device=self.device)
+        self._kog_gather_logits = lambda t: tensor_model_parallel_all_gather(t, dim=-1)
+        return "monokernel"
 
     def add_requests(self, scheduler_output: Any) -> None:
         super().add_requests(scheduler_output)
@@ -333,6 +367,10 @@ class KogModelRunner(GPUModelRunnerV2):
         try:
             return self._kog_monokernel(input_batch, block_table, slot_mapping, request, k), k
         except RuntimeError as e:
+            if self._kog_weights.shape.tp_size > 1:
+                # The peers' kernels are waiting for this rank's partials: falling back alone would desynchronise
+                # the group (their kernels time out, the torch step's all-reduce waits forever). Fail visibly.
+                raise
             self._kog_disable(f"monokernel launch failed: {e}")
             self._kog_mk, self._kog_burst, self._kog_logits_pending = None, None, False
             return None, 1
@@ -347,7 +385,13 @@ class KogModelRunner(GPUModelRunnerV2):
         mk = self._kog_mk
         input_ids, positions = input_batch.input_ids[:1], input_batch.positions[:1]
         if k == 1:
-            mk.step(input_ids, positions, block_table, slot_mapping, logits_out=self._kog_mk_logits[0])
+            local = self._kog_mk_local_logits
+            if local is None:
+                mk.step(input_ids, positions, block_table, slot_mapping, logits_out=self._kog_mk_logits[0])
+            else:  # tensor parallelism: this rank's vocabulary rows, then every rank's in order (padding cut off)
+                mk.step(input_ids, positions, block_table, slot_mapping, logits_out=local[0])
+                full = self._kog_gather_logits(local)
+                self._kog_mk_logits.copy_(full[:, : self._kog_mk_logits.shape[1]])
             self._kog_logits_pending = True
         else:
             stop = self._kog_stop_tensors.get(request.stop_ids)

@@ -14,7 +14,7 @@ FIELDS = {f.name for f in dataclasses.fields(KogConfig)}
 
 def test_field_set_is_documented_one():
     # A new field needs parsing rules and tests here; this fails until both exist.
-    assert FIELDS == {"enabled", "step_impl", "tokens_per_step", "sampled_bursts", "state_dir"}
+    assert FIELDS == {"enabled", "step_impl", "tokens_per_step", "sampled_bursts", "tp_monokernel", "state_dir"}
 
 
 def test_defaults():
@@ -22,6 +22,7 @@ def test_defaults():
     assert cfg == KogConfig.from_dict({}) == KogConfig()
     assert (cfg.enabled, cfg.step_impl, cfg.tokens_per_step, cfg.state_dir) == (True, "auto", 1, "")
     assert cfg.sampled_bursts is True  # GPU-verified 2026-12-02 (config.py)
+    assert cfg.tp_monokernel is False  # not yet verified on several GPUs (config.py)
 
 
 def test_worker_cls_names_the_kog_worker():
@@ -40,6 +41,7 @@ def test_worker_cls_names_the_kog_worker():
 def test_enabled_coercion(raw, expected):
     assert KogConfig.from_dict({"enabled": raw}).enabled is expected
     assert KogConfig.from_dict({"sampled_bursts": raw}).sampled_bursts is expected
+    assert KogConfig.from_dict({"tp_monokernel": raw}).tp_monokernel is expected
 
 
 @pytest.mark.parametrize("raw", [1, 0, None, "maybe", "", 1.0, [True]])
@@ -96,7 +98,8 @@ def test_error_is_a_value_error():
 
 
 def test_all_fields_together_round_trip():
-    raw = {"enabled": False, "step_impl": "torch", "tokens_per_step": 4, "sampled_bursts": True, "state_dir": "/tmp/x"}
+    raw = {"enabled": False, "step_impl": "torch", "tokens_per_step": 4, "sampled_bursts": True, "tp_monokernel": True,
+           "state_dir": "/tmp/x"}
     cfg = KogConfig.from_dict(raw)
     assert cfg.to_dict() == raw
     assert KogConfig.from_dict(cfg.to_dict()) == cfg

@@ -59,7 +59,8 @@ def test_shards_reproduce_the_full_projections(world):
     for sh in shards:
         ss = sh.shape
         assert (ss.tp_size, ss.num_heads, ss.num_kv_heads) == (world, s.num_heads // world, s.num_kv_heads // world)
-        a, b, c = torch_step.linear(x, sh.layers[0].qkv).split([ss.num_heads * D, ss.num_kv_heads * D, ss.num_kv_heads * D])
+        sizes = [ss.num_heads * D, ss.num_kv_heads * D, ss.num_kv_heads * D]
+        a, b, c = torch_step.linear(x, sh.layers[0].qkv).split(sizes)
         qs.append(a), ks.append(b), vs.append(c)
     torch.testing.assert_close(torch.cat(qs), q)
     torch.testing.assert_close(torch.cat(ks), k)
@@ -144,3 +145,35 @@ def test_tp_unsupported_reasons():
     assert "at most 8" in tp_unsupported_reason(dataclasses.replace(sh, tp_size=16), 16)
     with pytest.raises(ValueError, match="not divisible"):
         shard_decoder(w, 0, 3)
+
+
+def _setup_worker(rank: int, world: int, bad_rank: int) -> dict:
+    """setup_tp_monokernel on the CPU: unsupported everywhere (no GPU), and rank `bad_rank` also sharded wrongly."""
+    import torch.distributed as dist
+
+    from kog_backend.monokernel.tp import setup_tp_monokernel
+
+    w = _weights()
+    shard = shard_decoder(w, rank, world)
+    if rank == bad_rank:
+        shard = dataclasses.replace(shard, shape=dataclasses.replace(shard.shape, tp_size=world + 1))
+    caches = shard_kv_caches(synthetic.paged_kv_caches(w.shape, 4, BS, "cpu"), rank, world)
+
+    def gather(t):
+        raise AssertionError("the embedding must not be gathered when a rank refused")
+
+    mk, reason = setup_tp_monokernel(shard, caches, torch.device("cpu"), 256, 1, dist.group.WORLD, gather)
+    return {"mk": mk is not None, "reason": reason}
+
+
+@pytest.mark.parametrize("bad_rank", [-1, 1])
+def test_setup_tp_monokernel_agrees_on_one_verdict(bad_rank):
+    """Every rank gets the same verdict naming every rank's own reason, and nobody proceeds alone."""
+    from kog_backend.collective.testing import run_ranks
+
+    res = run_ranks(_setup_worker, 2, args=(bad_rank,), timeout_s=120)
+    assert [r["mk"] for r in res] == [False, False]
+    assert res[0]["reason"] == res[1]["reason"]
+    assert "rank 0: device cpu is not a CUDA GPU" in res[0]["reason"]
+    if bad_rank == 1:
+        assert "rank 1: the weights are sharded 3 ways, the group has 2 ranks" in res[0]["reason"]

@@ -344,7 +344,8 @@ class Monokernel:
         self.counters.zero_()
         if self._tp_buffer is not None:
             torch.cuda.synchronize(self.device)
-            self.ops.ipc_copy(self._counters_ptr, self.counters.data_ptr(), self.counters.numel() * 4, self.device.index)
+            nbytes = self.counters.numel() * 4
+            self.ops.ipc_copy(self._counters_ptr, self.counters.data_ptr(), nbytes, self.device.index)
             torch.cuda.synchronize(self.device)
 
     def diagnostics(self) -> str | None:

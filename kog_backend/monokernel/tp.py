@@ -42,7 +42,8 @@ def tp_unsupported_reason(shape: DecoderShape, world: int) -> str | None:
     if world < 2:
         return None
     if world > layout.CONFIG["kMaxTP"]:
-        return f"tensor parallelism {world} (the monokernel exchanges partials between at most {layout.CONFIG['kMaxTP']} ranks)"
+        most = layout.CONFIG["kMaxTP"]
+        return f"tensor parallelism {world} (the monokernel exchanges partials between at most {most} ranks)"
     if shape.tp_size != world:
         return f"the weights are sharded {shape.tp_size} ways, the group has {world} ranks"
     return None
@@ -61,7 +62,9 @@ def shard_decoder(w: DecoderWeights, rank: int, world: int) -> DecoderWeights:
     token's embedding row from a full table (vLLM shards it; the runner gathers it once, see Monokernel)."""
     s = w.shape
     if s.num_heads % world or s.num_kv_heads % world or s.intermediate_size % world:
-        raise ValueError(f"heads {s.num_heads}/{s.num_kv_heads} or intermediate {s.intermediate_size} not divisible by {world}")
+        raise ValueError(
+            f"heads {s.num_heads}/{s.num_kv_heads} or intermediate {s.intermediate_size} not divisible by {world}"
+        )
     if w.lm_head.shape[0] % world:
         raise ValueError(f"{w.lm_head.shape[0]} LM-head rows not divisible by {world}")
     D, nh, nkv, I = s.head_dim, s.num_heads // world, s.num_kv_heads // world, s.intermediate_size // world
@@ -102,3 +105,44 @@ def shard_kv_caches(caches: list[torch.Tensor], rank: int, world: int) -> list[t
         inv = [order.index(d) for d in range(4)]
         out.append(mem.permute(*inv))
     return out
+
+
+def setup_tp_monokernel(weights: DecoderWeights, kv_caches: list[torch.Tensor], device: torch.device,
+                        max_model_len: int, max_tokens_per_launch: int, cpu_group, gather_rows):
+    """(Monokernel, None) on every rank of the TP group, or (None, the same reason) on every rank: a rank must never
+    launch the TP kernel while a peer runs anything else (it would wait for partials that never come).
+
+    Collective over `cpu_group` (gloo: the verdicts, the IPC handles) and, through gather_rows(t) (an all-gather
+    of t's rows in rank order on the device group, e.g. vLLM's tensor_model_parallel_all_gather(t, dim=0)), the
+    whole embedding table: V_pad x H bf16 more per rank (525 MB for Llama-3.2-1B), so that a token's row is one
+    read. weights.embed is vLLM's shard."""
+    import torch.distributed as dist
+
+    from kog_backend import ops as kog_ops
+    from kog_backend.collective import groupcomm
+    from kog_backend.collective.ipc import SharedBuffer
+    from kog_backend.monokernel.host import Monokernel, unsupported_reason
+
+    world = dist.get_world_size(cpu_group)
+    local = tp_unsupported_reason(weights.shape, world) or unsupported_reason(
+        weights, kv_caches, device, tp_world=world
+    )
+    reason = groupcomm.agree(cpu_group, local)
+    if reason is not None:
+        return None, reason
+    full = dataclasses.replace(weights, embed=gather_rows(weights.embed).contiguous())
+    nbytes = tp_buffer_layout(full.shape, world).nbytes
+    buf, reason = SharedBuffer.create(kog_ops.ops(), cpu_group, device.index, nbytes)
+    if buf is None:
+        return None, f"shared buffer: {reason}"
+    mk, local = None, None
+    try:
+        mk = Monokernel(full, kv_caches, device, max_model_len, max_tokens_per_launch=max_tokens_per_launch,
+                        tp_buffer=buf)  # fmt: skip
+    except (ValueError, RuntimeError) as e:
+        local = f"set-up failed: {e}"
+    reason = groupcomm.agree(cpu_group, local)
+    if reason is not None:
+        buf.close(group=cpu_group)
+        return None, reason
+    return mk, None
