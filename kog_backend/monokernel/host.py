@@ -289,13 +289,15 @@ class Monokernel:
         logits_out: torch.Tensor | None = None,
         sample_seed: torch.Tensor | None = None,
         temperature: float = 0.0,
+        model_table: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Up to num_tokens tokens in one launch, each fed back as the next position's input (positions
         p, p + 1, ...; slots from block_table beyond the first). Stops after a token in stop_ids (int64 GPU).
         Greedy, or with sample_seed (int64 [1] GPU: the request's vLLM sampling seed) and temperature > 0 the
         token vLLM's sampler draws with that temperature and no top-k, top-p or min-p (kog_backend.sampling
         keyed by the seed and each token's input position; fp32 Gumbel noise).
-        Returns (tokens int64 [num_tokens], count int32 [1]); entries past count are unspecified."""
+        Returns (tokens int64 [num_tokens], count int32 [1]); entries past count are unspecified.
+        model_table: a variant_table for benchmarks (default: this model's table)."""
         if logits_out is not None and (logits_out.dim() != 2 or logits_out.shape[0] < num_tokens
                                        or logits_out.shape[1] < self.logical_vocab):
             raise ValueError(f"logits_out must be [>= {num_tokens}, >= {self.logical_vocab}]")
@@ -304,7 +306,8 @@ class Monokernel:
         tokens = torch.empty(num_tokens, dtype=torch.int64, device=self.device)
         count = torch.zeros(1, dtype=torch.int32, device=self.device)
         self.ops.monokernel_step(
-            self.model_table, input_ids, positions, block_table, slot_mapping, tokens, logits_out, count, stop_ids,
+            self.model_table if model_table is None else model_table, input_ids, positions, block_table,
+            slot_mapping, tokens, logits_out, count, stop_ids,
             self.scratch, num_tokens, self.head_dim, self.plan.grid, self.plan.smem_bytes, sample_seed,
             float(temperature), self.tp_world,
         )  # fmt: skip
