@@ -205,8 +205,6 @@ class KogModelRunner(GPUModelRunnerV2):
         self._kog_mk_logits = torch.empty(1, vocab, dtype=torch.bfloat16, device=self.device)
         return "monokernel"
 
-    # ---- request tracking ------------------------------------------------------------------------------------
-
     def _kog_select_tp_monokernel(self) -> str | None:
         """Tensor parallelism: the TP monokernel on every rank of the group or on none (tp.setup_tp_monokernel), when
         the tp_monokernel option is on. Its K = 1 logits are this rank's vocabulary rows, gathered for vLLM's
@@ -235,6 +233,8 @@ class KogModelRunner(GPUModelRunnerV2):
         self._kog_mk_local_logits = torch.empty(1, s.padded_vocab_local, dtype=torch.bfloat16, device=self.device)
         self._kog_gather_logits = lambda t: tensor_model_parallel_all_gather(t, dim=-1)
         return "monokernel"
+
+    # ---- request tracking ------------------------------------------------------------------------------------
 
     def add_requests(self, scheduler_output: Any) -> None:
         super().add_requests(scheduler_output)
