@@ -132,7 +132,8 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev.index()).stream();
   const int g = static_cast<int>(grid), sm = static_cast<int>(smem_bytes);
   const bool sampled = step.sample_seed != nullptr;
-  // tp_size must match the table's (the host builds both); a TP launch is its own instantiation.
+  // A TP launch is its own instantiation. A table with tp_size > 1 needs tp_size > 1 here (Monokernel passes both);
+  // the reverse, a tp_size = 1 table in a TP launch, is benchmarks/bench_tp_monokernel.py's no-exchange variant.
   if (tp_size > 1) {
     if (head_dim == 64) {
       sampled ? launch<64, true, true>(step, g, sm, stream) : launch<64, false, true>(step, g, sm, stream);

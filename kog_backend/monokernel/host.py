@@ -86,7 +86,7 @@ def unsupported_reason(
         return f"architecture {s.arch} (llama and qwen3 dense only)"
     if s.tp_size != tp_world:
         if tp_world == 1:
-            return f"tensor parallelism {s.tp_size}: no shared buffer between the ranks (TP monokernel not wired)"
+            return f"tensor parallelism {s.tp_size} needs the ranks' shared buffer (tp.setup_tp_monokernel)"
         return f"the weights are sharded {s.tp_size} ways, the group has {tp_world} ranks"
     reason = tp_unsupported_reason(s, tp_world)
     if reason is not None:
