@@ -95,10 +95,8 @@ __device__ __forceinline__ void consumer_sync() {
   asm volatile("bar.sync 1, %0;" ::"n"(MonoConfig::kConsumerThreads) : "memory");
 }
 
-// One consumer thread spins until counter `index` reaches target (acquire), then the barrier extends that acquire
-// to every consumer thread: their later loads are ordered after the producers' releases (causality order is
-// transitive through bar.sync). sys: the counter is also added to by other GPUs (tensor parallelism), so the
-// acquire is at system scope.
+// The calling thread polls counter `index` (acquire) until it reaches target, or records a timeout / sees an abort.
+// sys: the counter is also added to by other GPUs (tensor parallelism), so the acquire is at system scope.
 __device__ __forceinline__ void spin_until(uint32_t* ctrs, int index, uint32_t target, bool sys) {
   const uint32_t* p = counter(ctrs, index);
   uint32_t v = sys ? ld_acquire_sys(p) : ld_acquire(p);
@@ -115,6 +113,9 @@ __device__ __forceinline__ void spin_until(uint32_t* ctrs, int index, uint32_t t
     }
   }
 }
+// One consumer thread spins until counter `index` reaches target, then the barrier extends that acquire to every
+// consumer thread: their later loads are ordered after the producers' releases (causality order is transitive
+// through bar.sync).
 __device__ __forceinline__ void consumer_wait(uint32_t* ctrs, int index, uint32_t target, bool sys = false) {
   if (threadIdx.x == 0) spin_until(ctrs, index, target, sys);
   consumer_sync();
