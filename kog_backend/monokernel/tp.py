@@ -5,7 +5,7 @@ Shared buffer of one rank (bytes, from its base; every rank's has the same layou
   [0, counters)            the kernel's dependency counters (layout.num_counters words), so peers can add to them
   [keys, keys + 16 W)      uint64 [2 (token parity)][W]: each rank's best LM-head key of a token
   [parts, parts + 4 L W H) bf16 [L][2 (O, down)][W][H]: each rank's partial sums of a layer's O / down projections
-For Llama-3.2-1B at W = 2 that is 256 KiB per rank.
+For Llama-3.2-1B at W = 2: 256 KiB of partials plus 7 KiB of counters per rank.
 """
 
 from __future__ import annotations
