@@ -23,27 +23,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+from bench_monokernel import time_steps  # noqa: E402  (median of CUDA-event-timed launches)
 
 BS = 16
-
-
-def _time_launches(fn, reps: int, warmup: int = 3) -> float:
-    """Median seconds of fn() over reps launches, each between its own pair of events."""
-    import torch
-
-    for _ in range(warmup):
-        fn()
-    evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for a, b in evs:
-        a.record()
-        fn()
-        b.record()
-    torch.cuda.synchronize()
-    return statistics.median(a.elapsed_time(b) for a, b in evs) * 1e-3
 
 
 def rank_bench(rank: int, world: int, shapes: list[str], ctx: int, k: int, reps: int) -> list[dict]:
@@ -88,7 +76,7 @@ def rank_bench(rank: int, world: int, shapes: list[str], ctx: int, k: int, reps:
             groupcomm.barrier(group)
             mk.reset_counters()
             groupcomm.barrier(group)
-            t = _time_launches(lambda: mk.generate(ids, positions, bt, slots, k, model_table=tbl), reps)
+            t = time_steps(lambda: mk.generate(ids, positions, bt, slots, k, model_table=tbl), reps)
             row[label] = t / k * 1e6
             diag = mk.diagnostics()
             if diag:

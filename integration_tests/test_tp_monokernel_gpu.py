@@ -58,10 +58,13 @@ def tp_worker(rank: int, world: int, shape_name: str, out_dir: str, grid_share: 
     caches = synthetic.paged_kv_caches(shape, nblocks, BS, dev)
     bt = synthetic.shuffled_block_table(nblocks, (total + BS - 1) // BS, nblocks, dev, seed=1)
     synthetic.fill_context(caches, bt, CTX, shape.head_dim, seed=2)
-    buf, full, ref_caches = None, None, [c.clone() for c in caches]  # the context before any launch
-    if world > 1:
+    # the context before any launch, for the reference: the whole cache, or each rank's heads
+    buf, full = None, None
+    if world == 1:
+        ref_caches = [c.clone() for c in caches]
+    else:
         full = w
-        ref_caches = [tp.shard_kv_caches(caches, r, world) for r in range(world)]  # the context before any launch
+        ref_caches = [tp.shard_kv_caches(caches, r, world) for r in range(world)]
         w = tp.shard_decoder(full, rank, world)
         caches = tp.shard_kv_caches(caches, rank, world)
         torch.cuda.empty_cache()

@@ -195,14 +195,12 @@ def reference_step_tp(
 ) -> dict:
     """One decode step of the tensor-parallel kernel's schedule over every rank's shard (tp.shard_decoder) and KV
     caches (kv_caches[rank], appended to). Each rank's O / down partial is bf16; ranks combine them with
-    allreduce_bf16. Returns {"logits": the logical vocabulary's logits (every rank's rows, in order), "token",
-    "o": per layer the reduced O output, "rmid"}."""
+    allreduce_bf16. Returns {"logits": the logical vocabulary's logits (every rank's rows, in order), "token"}."""
     s = shards[0].shape
     eps = s.rms_eps
     rin = shards[0].embed[token]
     x = torch_step.rms_norm(rin, shards[0].layers[0].input_norm, eps)
     rmid, d = None, None
-    outs, rmids = [], []
     for i in range(s.num_layers):
         if i > 0:
             x, rin = torch_step.add_rms_norm(d, rmid, shards[0].layers[i].input_norm, eps)
@@ -216,8 +214,6 @@ def reference_step_tp(
             [torch_step.linear(torch_step.silu_and_mul(torch_step.linear(h, w.layers[i].gate_up)), w.layers[i].down)
              for w in shards]
         )  # fmt: skip
-        outs.append(o)
-        rmids.append(rmid)
     hf = torch_step.add_rms_norm(d, rmid, shards[0].final_norm, eps)[0]
     logits = torch.cat([torch_step.linear(hf, w.lm_head[: lm_rows(w.shape)]) for w in shards])
-    return {"logits": logits, "token": int(torch_step.greedy(logits)), "o": outs, "rmid": rmids}
+    return {"logits": logits, "token": int(torch_step.greedy(logits))}
