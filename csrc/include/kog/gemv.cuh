@@ -55,14 +55,19 @@ __device__ __forceinline__ uint32_t pair_offset_bytes(int K, int nu) { return st
 // Dot products of one chunk with x_s. w_s: the chunk in its ring slot; red: 2 x 2 x kConsumerWarps floats,
 // `parity` alternates per chunk so a slow warp still reading one chunk's partials is never overwritten by the
 // next. epi(unit, v0, v1) runs once per valid unit, on one lane, with the fp32 sums (v1: up row for gate/up).
-template <bool kPair, class Epi>
+// release() runs on every lane of every warp once that warp's reads of w_s are done (its dot products consumed).
+template <bool kPair, class Epi, class Release>
 __device__ __forceinline__ void gemv_chunk(const bf16* w_s, const bf16* x_s, int K, int nu, int nvalid, float* red,
-                                           int parity, Epi&& epi) {
+                                           int parity, Epi&& epi, Release&& release) {
   constexpr int W = MonoConfig::kConsumerWarps;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int wpu = W / nu;
-  const int unit = warp / wpu, part = warp - unit * wpu;
-  const int seg = K / wpu;
+  // nu and wpu are powers of two (plan.py): shifts, not divisions, in this per-chunk path.
+  constexpr int kLog2W = 3;
+  static_assert(W == 1 << kLog2W, "warps per block");
+  const int wpu_log2 = kLog2W - (__ffs(nu) - 1);
+  const int wpu = 1 << wpu_log2;
+  const int unit = warp >> wpu_log2, part = warp & (wpu - 1);
+  const int seg = K >> wpu_log2;
   float a0 = 0.f, a1 = 0.f;
   if (unit < nvalid) {
     const uint4* w0 = reinterpret_cast<const uint4*>(w_s + static_cast<size_t>(unit) * K + part * seg) + lane;
@@ -82,6 +87,7 @@ __device__ __forceinline__ void gemv_chunk(const bf16* w_s, const bf16* x_s, int
     a0 = warp_sum(a0);
     if constexpr (kPair) a1 = warp_sum(a1);
   }
+  release();
   if (wpu > 1) {
     float* r = red + parity * (2 * W);
     if (lane == 0) {

@@ -195,10 +195,15 @@ __device__ __forceinline__ void consume_stage(const ModelArgs& m, SmemHeader& hd
     mbar_wait(&hdr.full[ring.slot], ring.phase, ctrs, kSiteFull);
     if (landed_ev >= 0 && c + G >= n && threadIdx.x == 0) tr.mark(t, l, landed_ev);
     const bf16* w_s = reinterpret_cast<const bf16*>(ring.base + static_cast<size_t>(ring.slot) * MonoConfig::kSlotBytes);
+    uint64_t* const empty = &hdr.empty[ring.slot];
+    // Each warp releases the slot as soon as its own reads of it are done (before the cross-warp reduction and
+    // the epilogue's global stores), so the loader refills it while this chunk's results are still being written.
     gemv_chunk<kPair>(w_s, x_s, K, nu, min(nu, N - r0), hdr.red_gemv, ring.parity,
-                      [&](int unit, float v0, float v1) { epi(r0 + unit, k0 + unit, v0, v1); });
-    __syncwarp();
-    if ((threadIdx.x & 31) == 0) mbar_arrive(&hdr.empty[ring.slot]);
+                      [&](int unit, float v0, float v1) { epi(r0 + unit, k0 + unit, v0, v1); },
+                      [&] {
+                        __syncwarp();
+                        if ((threadIdx.x & 31) == 0) mbar_arrive(empty);
+                      });
     ring.parity ^= 1;
     if (++ring.slot == ring.ns) {
       ring.slot = 0;
