@@ -71,6 +71,8 @@ def rank_bench(rank: int, world: int, shapes: list[str], ctx: int, k: int, reps:
         row = dict(shape=name, world=world, rank=rank, ranks_per_gpu=share, grid=mk.plan.grid, k=k, ctx=ctx,
                    weight_bytes=w.weight_bytes_per_token(), kv_bytes=kv_bytes, layers=s.num_layers)  # fmt: skip
         for label, tbl in (("exchange", None), ("no exchange", mk.variant_table(tp_size=1))):
+            if rank == 0:  # progress, so that a run that stops says where
+                print(f"world {world}: {name} built (grid {mk.plan.grid} per rank), timing {label}", flush=True)
             # every rank idle, then fresh counters everywhere: a variant's counters do not count W x chunks
             torch.cuda.synchronize()
             groupcomm.barrier(group)

@@ -439,3 +439,25 @@ def test_communicator_routes_by_reason(monkeypatch):
     assert comm.all_reduce(one) == "stock"
     assert kc.COMMUNICATOR_QUALNAME == "kog_backend.collective.communicator.KogCommunicator"
     assert kc._max_tokens_from_config() == 1
+
+
+def test_mps_quits_a_leftover_daemon_and_retries(tmp_path, monkeypatch):
+    """A daemon left on the private root by a killed run ("already running"): mps() sends it `quit` and starts
+    again, instead of refusing to share the GPU. A fake control binary records what it was asked."""
+    from kog_backend.collective import testing
+
+    calls = tmp_path / "calls"
+    fake = tmp_path / "nvidia-cuda-mps-control"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = "-d" ]; then echo start >> {calls}; '
+        f'if [ ! -f {tmp_path}/quit ]; then echo "An instance of this daemon is already running" >&2; exit 1; fi; exit 0; fi\n'
+        f"read cmd; echo $cmd >> {calls}; touch {tmp_path}/quit\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
+    monkeypatch.setattr(testing.sys, "executable", "/bin/false")  # the client probe fails: no GPU here
+    with testing.mps(root=str(tmp_path / "mps")) as status:
+        assert status.startswith("no-mps: a client could not use the daemon"), status
+    assert calls.read_text().split() == ["start", "quit", "start", "quit"]

@@ -52,6 +52,10 @@ def mps(enable: bool = True, root: str = "/tmp/kog-mps"):
     for k in MPS_ENV:
         os.makedirs(env[k], exist_ok=True)
     started = subprocess.run([exe, "-d"], env=env, capture_output=True, text=True, timeout=30)
+    if started.returncode != 0 and "already running" in (started.stderr + started.stdout):
+        # a daemon on this private root outlived the run that started it (that run was killed): quit it, retry once
+        _mps_quit(exe, env)
+        started = subprocess.run([exe, "-d"], env=env, capture_output=True, text=True, timeout=30)
     if started.returncode != 0:
         yield f"no-mps: daemon did not start: {(started.stderr or started.stdout).strip()[:200]}"
         return
