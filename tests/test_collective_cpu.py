@@ -458,6 +458,29 @@ def test_mps_quits_a_leftover_daemon_and_retries(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
     monkeypatch.setattr(testing.sys, "executable", "/bin/false")  # the client probe fails: no GPU here
+    monkeypatch.setattr(testing.time, "sleep", lambda s: None)
     with testing.mps(root=str(tmp_path / "mps")) as status:
         assert status.startswith("no-mps: a client could not use the daemon"), status
     assert calls.read_text().split() == ["start", "quit", "start", "quit"]
+
+
+def test_mps_gives_up_on_a_daemon_that_never_goes(tmp_path, monkeypatch):
+    """A daemon that keeps answering "already running": a bounded number of quit-and-retry rounds, then no MPS with
+    the daemon's message (the GPU tests then skip or run their ranks time-sliced, never hang)."""
+    from kog_backend.collective import testing
+
+    calls = tmp_path / "calls"
+    fake = tmp_path / "nvidia-cuda-mps-control"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = "-d" ]; then echo start >> {calls}; echo "An instance of this daemon is already running" >&2; exit 1; fi\n'
+        f"read cmd; echo $cmd >> {calls}\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
+    monkeypatch.setattr(testing.time, "sleep", lambda s: None)
+    with testing.mps(root=str(tmp_path / "mps")) as status:
+        assert status.startswith("no-mps: daemon did not start: An instance"), status
+    words = calls.read_text().split()
+    assert words.count("start") == 11 and words.count("quit") == 10

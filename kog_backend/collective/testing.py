@@ -52,9 +52,13 @@ def mps(enable: bool = True, root: str = "/tmp/kog-mps"):
     for k in MPS_ENV:
         os.makedirs(env[k], exist_ok=True)
     started = subprocess.run([exe, "-d"], env=env, capture_output=True, text=True, timeout=30)
-    if started.returncode != 0 and "already running" in (started.stderr + started.stdout):
-        # a daemon on this private root outlived the run that started it (that run was killed): quit it, retry once
+    for _ in range(10):
+        if started.returncode == 0 or "already running" not in (started.stderr + started.stdout):
+            break
+        # a daemon on this private root is still there: one that outlived a killed run, or one quit a moment ago
+        # and still shutting down (`quit` returns before the daemon exits). Quit it, give it a second, retry.
         _mps_quit(exe, env)
+        time.sleep(1.0)
         started = subprocess.run([exe, "-d"], env=env, capture_output=True, text=True, timeout=30)
     if started.returncode != 0:
         yield f"no-mps: daemon did not start: {(started.stderr or started.stdout).strip()[:200]}"
