@@ -441,24 +441,36 @@ def test_communicator_routes_by_reason(monkeypatch):
     assert kc._max_tokens_from_config() == 1
 
 
-def test_mps_quits_a_leftover_daemon_and_retries(tmp_path, monkeypatch):
-    """A daemon left on the private root by a killed run ("already running"): mps() sends it `quit` and starts
-    again, instead of refusing to share the GPU. A fake control binary records what it was asked."""
+
+def _fake_mps_control(tmp_path, monkeypatch, on_start: str):
+    """Puts a fake nvidia-cuda-mps-control first on PATH: `-d` appends "start" to tmp_path/calls and runs on_start
+    (shell); any other call reads one command from stdin, appends it, and marks tmp_path/quit. Returns the calls file."""
     from kog_backend.collective import testing
 
     calls = tmp_path / "calls"
     fake = tmp_path / "nvidia-cuda-mps-control"
     fake.write_text(
         "#!/bin/sh\n"
-        f'if [ "$1" = "-d" ]; then echo start >> {calls}; '
-        f'if [ ! -f {tmp_path}/quit ]; then echo "An instance of this daemon is already running" >&2; exit 1; fi; exit 0; fi\n'
+        f'if [ "$1" = "-d" ]; then echo start >> {calls}; {on_start}; fi\n'
         f"read cmd; echo $cmd >> {calls}; touch {tmp_path}/quit\n"
     )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
-    monkeypatch.setattr(testing.sys, "executable", "/bin/false")  # the client probe fails: no GPU here
     monkeypatch.setattr(testing.time, "sleep", lambda s: None)
+    return calls
+
+
+_ALREADY = 'echo "An instance of this daemon is already running" >&2; exit 1'
+
+
+def test_mps_quits_a_leftover_daemon_and_retries(tmp_path, monkeypatch):
+    """A daemon left on the private root by a killed run ("already running"): mps() sends it `quit` and starts
+    again, instead of refusing to share the GPU."""
+    from kog_backend.collective import testing
+
+    calls = _fake_mps_control(tmp_path, monkeypatch, f"if [ ! -f {tmp_path}/quit ]; then {_ALREADY}; fi; exit 0")
+    monkeypatch.setattr(testing.sys, "executable", "/bin/false")  # the client probe fails: no GPU here
     with testing.mps(root=str(tmp_path / "mps")) as status:
         assert status.startswith("no-mps: a client could not use the daemon"), status
     assert calls.read_text().split() == ["start", "quit", "start", "quit"]
@@ -469,17 +481,7 @@ def test_mps_gives_up_on_a_daemon_that_never_goes(tmp_path, monkeypatch):
     the daemon's message (the GPU tests then skip or run their ranks time-sliced, never hang)."""
     from kog_backend.collective import testing
 
-    calls = tmp_path / "calls"
-    fake = tmp_path / "nvidia-cuda-mps-control"
-    fake.write_text(
-        "#!/bin/sh\n"
-        f'if [ "$1" = "-d" ]; then echo start >> {calls}; echo "An instance of this daemon is already running" >&2; exit 1; fi\n'
-        f"read cmd; echo $cmd >> {calls}\n"
-    )
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
-    monkeypatch.setattr(testing.time, "sleep", lambda s: None)
+    calls = _fake_mps_control(tmp_path, monkeypatch, _ALREADY)
     with testing.mps(root=str(tmp_path / "mps")) as status:
         assert status.startswith("no-mps: daemon did not start: An instance"), status
     words = calls.read_text().split()
