@@ -220,9 +220,8 @@ __device__ __forceinline__ float ld_bf16_cg(const bf16* p, int i) { return bf2f(
 // resid[k] = src[row of the block's k-th unit] for the block's `mine` chunks of a stage (c0, c0 + G, ...), all in
 // one round trip; the barrier that ends the following copy_to_smem publishes it. Rows past N read 0.
 __device__ __forceinline__ void gather_rows(float* resid, const bf16* src, int c0, int mine, int nu, int N) {
-  const int G = gridDim.x;
   for (int k = threadIdx.x; k < mine * nu; k += MonoConfig::kConsumerThreads) {
-    const int row = (c0 + (k / nu) * G) * nu + k % nu;
+    const int row = owned_row(c0, k, nu);
     resid[k] = row < N ? ld_bf16_cg(src, row) : 0.f;
   }
 }

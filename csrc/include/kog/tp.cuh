@@ -9,6 +9,7 @@
 
 #include "kog/args.cuh"
 #include "kog/config.cuh"
+#include "kog/gemv.cuh"
 #include "kog/numerics.cuh"
 #include "kog/sync.cuh"
 
@@ -39,9 +40,8 @@ __device__ __forceinline__ float sum_parts(const bf16* parts, int W, int H, int 
 // counter). Replaces gather_rows under tensor parallelism, where no block holds a reduced row until it sums one.
 __device__ __forceinline__ void sum_rows_to(bf16* out, const bf16* parts, int W, const bf16* add, int c0, int mine,
                                             int nu, int N) {
-  const int G = gridDim.x;
   for (int k = threadIdx.x; k < mine * nu; k += MonoConfig::kConsumerThreads) {
-    const int row = (c0 + (k / nu) * G) * nu + k % nu;
+    const int row = owned_row(c0, k, nu);
     if (row < N) {
       const float v = round_bf16(sum_parts(parts, W, N, row) + bf2f(ld_cg_u16(add + row)));
       reinterpret_cast<uint16_t*>(out)[row] = f2bf_bits(v);
