@@ -115,14 +115,22 @@ stop_server() {
 trap stop_server EXIT
 
 # The completion request of the operator guide, then `kog stats`; for kog servers a check that steps ran on
-# the kog path (a check, not a docs command).
+# the kog path, and with `multi` that they generated several tokens each (checks, not docs commands).
 exercise() {
   local name=$1 port=$2 expect_kog=$3
   step "$name: completion" 120 "curl -sf http://127.0.0.1:$port/v1/completions -H 'Content-Type: application/json' -d '{\"model\": \"$CKPT\", \"prompt\": \"Hello, my name is\", \"max_tokens\": 32}'"
   step "$name: kog stats" 30 "kog stats"
-  if [ "$expect_kog" = 1 ]; then
+  if [ "$expect_kog" != 0 ]; then
     step "$name: check kog steps > 0" 30 "kog stats --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d and max(s[\"kog_steps\"] for s in d.values()) > 0, d'"
   fi
+  if [ "$expect_kog" = multi ]; then
+    check_multi "$name"
+  fi
+}
+
+# The kog path generated several tokens per step (K > 1 took effect): kog tokens > kog steps.
+check_multi() {
+  step "$1: check kog tokens > kog steps (K > 1)" 30 "kog stats --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d and max(s[\"kog_tokens\"] - s[\"kog_steps\"] for s in d.values()) > 0, d'"
 }
 
 phase_setup() {
@@ -149,14 +157,15 @@ phase_bench() {
 phase_serve() {
   ckpt || return
   export KOG_STATE_DIR="$WORK/state-serve-kog"
-  start_server "serve --backend kog" 8000 --backend kog && exercise "serve --backend kog" 8000 1
+  start_server "serve --backend kog" 8000 --backend kog && exercise "serve --backend kog" 8000 multi
   stop_server
   export KOG_STATE_DIR="$WORK/state-serve-kog-options"
-  start_server "serve --kog-options" 8000 --backend kog --kog-options '{"tokens_per_step": 8}' && exercise "serve --kog-options" 8000 1
+  start_server "serve --kog-options" 8000 --backend kog --kog-options '{"tokens_per_step": 8}' && exercise "serve --kog-options" 8000 multi
   stop_server
   export KOG_STATE_DIR="$WORK/state-serve-worker-cls"
   start_server "serve --worker-cls" 8000 --worker-cls kog_backend.worker.KogWorker --additional-config '{"kog": {"tokens_per_step": 8}}' \
-    && exercise "serve --worker-cls" 8000 1
+    --scheduler-cls kog_backend.scheduler.KogScheduler --no-async-scheduling \
+    && exercise "serve --worker-cls" 8000 multi
   stop_server
   export KOG_STATE_DIR="$WORK/state-serve-stock"
   start_server "serve --backend stock" 8000 --backend stock && exercise "serve --backend stock" 8000 0
@@ -173,8 +182,9 @@ phase_latency() {
   ckpt || return
   export KOG_STATE_DIR="$WORK/state-latency"
   rm -rf "$KOG_STATE_DIR"
-  step "vllm bench latency (kog)" 600 "vllm bench latency --model \"\$CKPT\" --batch-size 1 --input-len 32 --output-len 512 --num-iters-warmup 2 --num-iters 5 --worker-cls kog_backend.worker.KogWorker --additional-config '{\"kog\": {}}' --output-json $OUT/latency-kog.json"
+  step "vllm bench latency (kog)" 600 "vllm bench latency --model \"\$CKPT\" --batch-size 1 --input-len 32 --output-len 512 --num-iters-warmup 2 --num-iters 5 --worker-cls kog_backend.worker.KogWorker --additional-config '{\"kog\": {}}' --scheduler-cls kog_backend.scheduler.KogScheduler --no-async-scheduling --output-json $OUT/latency-kog.json"
   step "vllm bench latency (kog): check kog steps > 0" 30 "kog stats --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d and max(s[\"kog_steps\"] for s in d.values()) > 0, d'"
+  check_multi "vllm bench latency (kog)"
   unset KOG_STATE_DIR
   step "vllm bench latency (stock)" 600 "vllm bench latency --model \"\$CKPT\" --batch-size 1 --input-len 32 --output-len 512 --num-iters-warmup 2 --num-iters 5 --output-json $OUT/latency-stock.json"
 }
@@ -201,7 +211,8 @@ phase_patch() {
   step "kog patch-vllm --apply" 120 "kog patch-vllm --apply" || return
   export KOG_STATE_DIR="$WORK/state-patch"
   start_server "serve --execution-backend kog" 8000 --execution-backend kog --additional-config '{"kog": {"tokens_per_step": 8}}' \
-    && exercise "serve --execution-backend kog" 8000 1
+    --scheduler-cls kog_backend.scheduler.KogScheduler --no-async-scheduling \
+    && exercise "serve --execution-backend kog" 8000 multi
   stop_server
   rm -rf "$KOG_STATE_DIR"
   step "vllm bench latency --execution-backend kog" 600 "vllm bench latency --model \"\$CKPT\" --batch-size 1 --input-len 32 --output-len 512 --num-iters-warmup 2 --num-iters 5 --execution-backend kog"

@@ -165,6 +165,9 @@ def _select_scheduler(namespace: argparse.Namespace) -> None:
     if KogConfig.from_dict(kog).tokens_per_step == 1:
         return
     scheduler = getattr(namespace, "scheduler_cls", None)
+    own_choice = scheduler not in (None, SCHEDULER_CLS) or getattr(namespace, "async_scheduling", None)
+    if own_choice and "tokens_per_step" not in kog:
+        return  # the user's scheduling wins over kog's default K; the worker then runs 1 token per step
     if scheduler not in (None, SCHEDULER_CLS):
         raise KogSelectionError(
             f"tokens_per_step > 1 needs the scheduler {SCHEDULER_CLS}, but --scheduler-cls {scheduler} was given"

@@ -14,6 +14,7 @@ CONFIG_KEY = "kog"
 WORKER_CLS = "kog_backend.worker.KogWorker"
 # Needed (with async scheduling off) for tokens_per_step > 1; `--backend kog` sets both.
 SCHEDULER_CLS = "kog_backend.scheduler.KogScheduler"
+DEFAULT_TOKENS_PER_STEP = 16
 
 
 class KogConfigError(ValueError):
@@ -28,9 +29,11 @@ class KogConfig:
     # extension missing, unsupported GPU or shape -- kog turns off with the reason and vLLM serves stock), or
     # "torch" (the reference step: exact up to bf16 rounding and slower than stock; for validation).
     step_impl: str = "auto"
-    # Tokens generated per engine step on the kog path (K). K > 1 needs KogScheduler (`--backend kog` sets it) and
-    # is the speed setting (kog bench uses 16); 1 stays the default until `vllm serve` has run with K = 16.
-    tokens_per_step: int = 1
+    # Tokens generated per engine step on the kog path (K). K > 1 needs KogScheduler and synchronous scheduling
+    # (`--backend kog` sets both); where they are missing, the default runs 1 token per step (logged at info level)
+    # and an explicit K > 1 is a warning. 16: the setting `kog bench` measures (benchmarks/NOTES.md: vLLM's ~1.5-2 ms
+    # engine step spread over 16 tokens), and the burst a streaming client sees (docs/operator-guide.md).
+    tokens_per_step: int = DEFAULT_TOKENS_PER_STEP
     # With K > 1 and the monokernel: also burst requests that sample with a temperature and no top-k, top-p or
     # min-p (the kernel draws vLLM's Gumbel-max tokens itself, keyed like vLLM's sampler). Verified on the H200
     # 2026-12-02: the kernel's draws equal vLLM's sampler's bit for bit on the kernel's logits
@@ -73,6 +76,13 @@ class KogConfig:
         if not isinstance(additional, Mapping):  # vLLM also allows a hashable object of another plugin's
             return cls()
         return cls.from_dict(additional.get(CONFIG_KEY))
+
+    @staticmethod
+    def given_keys(vllm_config: Any) -> frozenset[str]:
+        """The options the user set (as opposed to defaults) in vllm_config.additional_config["kog"]."""
+        additional = getattr(vllm_config, "additional_config", None) or {}
+        raw = additional.get(CONFIG_KEY) if isinstance(additional, Mapping) else None
+        return frozenset(raw) if isinstance(raw, Mapping) else frozenset()
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -114,7 +114,10 @@ class KogModelRunner(GPUModelRunnerV2):
         elif sc.async_scheduling:
             problem = "async scheduling is on"
         if problem is not None:
-            logger.warning("kog: tokens_per_step=%d needs its scheduler; running 1 token per step: %s", k, problem)
+            if "tokens_per_step" in KogConfig.given_keys(vllm_config):
+                logger.warning("kog: tokens_per_step=%d needs its scheduler; running 1 token per step: %s", k, problem)
+            else:
+                logger.info("kog: 1 token per engine step (the default K=%d needs kog's scheduler): %s", k, problem)
             return 1
         return k
 

@@ -126,8 +126,18 @@ def test_backend_kog_multi_token_selects_the_scheduler(kog):
     ns = kog.parse_args(["m", "--backend", "kog", "--kog-options", '{"tokens_per_step": 8}'])
     args = engine_args(ns)
     assert args.scheduler_cls == SCHEDULER_CLS and args.async_scheduling is False
-    one = engine_args(kog.parse_args(["m", "--backend", "kog"]))
+    default = engine_args(kog.parse_args(["m", "--backend", "kog"]))  # the default K (16) needs it too
+    assert default.scheduler_cls == SCHEDULER_CLS and default.async_scheduling is False
+    one = engine_args(kog.parse_args(["m", "--backend", "kog", "--kog-options", '{"tokens_per_step": 1}']))
     assert one.scheduler_cls != SCHEDULER_CLS
+
+
+def test_backend_kog_default_k_yields_to_the_users_scheduling(kog):
+    # Not asked for K > 1: the user's scheduler or async scheduling stays, and the worker runs 1 token per step.
+    ns = kog.parse_args(["m", "--backend", "kog", "--scheduler-cls", "my.Sched"])
+    assert engine_args(ns).scheduler_cls == "my.Sched"
+    ns = kog.parse_args(["m", "--backend", "kog", "--async-scheduling"])
+    assert engine_args(ns).async_scheduling is True
 
 
 def test_backend_kog_multi_token_refuses_another_scheduler_or_async(kog, capsys):

@@ -20,7 +20,7 @@ def test_field_set_is_documented_one():
 def test_defaults():
     cfg = KogConfig.from_dict(None)
     assert cfg == KogConfig.from_dict({}) == KogConfig()
-    assert (cfg.enabled, cfg.step_impl, cfg.tokens_per_step, cfg.state_dir) == (True, "auto", 1, "")
+    assert (cfg.enabled, cfg.step_impl, cfg.tokens_per_step, cfg.state_dir) == (True, "auto", 16, "")
     assert cfg.sampled_bursts is True  # GPU-verified 2026-12-02 (config.py)
     assert cfg.tp_monokernel is False  # not yet verified on several GPUs (config.py)
 
@@ -123,3 +123,11 @@ def test_from_vllm_config():
     assert KogConfig.from_vllm_config(SimpleNamespace(additional_config=object())) == KogConfig()
     with pytest.raises(KogConfigError):
         KogConfig.from_vllm_config(SimpleNamespace(additional_config={"kog": {"step_impl": "bad"}}))
+
+
+def test_given_keys_tells_set_options_from_defaults():
+    assert KogConfig.given_keys(SimpleNamespace(additional_config={"kog": {"tokens_per_step": 4}})) == {"tokens_per_step"}
+    assert KogConfig.given_keys(SimpleNamespace(additional_config={"kog": {}})) == frozenset()
+    assert KogConfig.given_keys(SimpleNamespace(additional_config={"other": 1})) == frozenset()
+    assert KogConfig.given_keys(SimpleNamespace(additional_config=None)) == frozenset()
+    assert KogConfig.given_keys(SimpleNamespace()) == frozenset()

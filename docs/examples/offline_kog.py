@@ -15,6 +15,8 @@ llm = LLM(
     model=ckpt,
     worker_cls="kog_backend.worker.KogWorker",
     additional_config={"kog": {"tokens_per_step": k}},
+    scheduler_cls="kog_backend.scheduler.KogScheduler",  # needed for tokens_per_step > 1
+    async_scheduling=False,
     max_model_len=2048,
 )
 out = llm.generate(["The capital of France is"], SamplingParams(max_tokens=64, temperature=0.0))

@@ -19,7 +19,7 @@ import time
 import traceback
 from typing import Any
 
-from kog_backend.config import CONFIG_KEY, SCHEDULER_CLS, WORKER_CLS
+from kog_backend.config import CONFIG_KEY, SCHEDULER_CLS, WORKER_CLS, KogConfig
 
 
 class Progress:
@@ -53,7 +53,7 @@ def engine_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
         additional[CONFIG_KEY] = {**additional.get(CONFIG_KEY, {}), **kog}
         kw["worker_cls"] = WORKER_CLS
         kw["additional_config"] = additional
-        if int(additional[CONFIG_KEY].get("tokens_per_step", 1)) > 1:
+        if KogConfig.from_dict(additional[CONFIG_KEY]).tokens_per_step > 1:
             # What `--backend kog` sets for K > 1 (kog_backend/scheduler.py).
             kw.setdefault("scheduler_cls", SCHEDULER_CLS)
             kw["async_scheduling"] = False
