@@ -11,6 +11,7 @@
 #   bench       kog bench (README main job: stock then kog, one table), ~4 min
 #   serve       vllm serve --backend kog | --kog-options | --worker-cls | --backend stock, a completion and
 #               kog stats after each, ~5 min
+#               (the last one is the rollback phase, also runnable alone: rollback, ~1 min)
 #   offline     python3 docs/examples/offline_kog.py "$CKPT", ~1.5 min
 #   latency     vllm bench latency with --worker-cls (and stock for comparison), ~4 min
 #   http        two servers and kog bench --url A/B, ~4 min
@@ -171,6 +172,11 @@ phase_serve() {
     --scheduler-cls kog_backend.scheduler.KogScheduler --no-async-scheduling \
     && exercise "serve --worker-cls" 8000 multi
   stop_server
+  phase_rollback
+}
+
+phase_rollback() {
+  ckpt || return
   export KOG_STATE_DIR="$WORK/state-serve-stock"
   start_server "serve --backend stock" 8000 --backend stock && exercise "serve --backend stock" 8000 0
   stop_server
