@@ -82,14 +82,15 @@ ckpt() {
 SERVER_PID=""
 start_server() {  # start_server NAME PORT ARGS...: `vllm serve "$CKPT" ARGS` in the background, waits for /health
   local name=$1 port=$2; shift 2
+  local logf="$WORK/${name//[^A-Za-z0-9._-]/_}.server.log"  # (names like "A/B stock server")
   note ""
   note "=== [$name] \$ vllm serve \"\$CKPT\" $*   (background, port $port)"
-  vllm serve "$CKPT" --port "$port" "$@" >>"$WORK/$name.server.log" 2>&1 &
+  vllm serve "$CKPT" --port "$port" "$@" >>"$logf" 2>&1 &
   SERVER_PID=$!
   local deadline=$(( $(date +%s) + 420 ))
   while [ "$(date +%s)" -lt "$deadline" ]; do
     if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-      tail -40 "$WORK/$name.server.log" >>"$LOG"
+      tail -40 "$logf" >>"$LOG"
       echo "FAIL  $name  server exited  vllm serve \"\$CKPT\" $*" | tee -a "$SUMMARY" "$LOG"
       FAILED=$((FAILED + 1)); SERVER_PID=""; return 1
     fi
@@ -99,7 +100,7 @@ start_server() {  # start_server NAME PORT ARGS...: `vllm serve "$CKPT" ARGS` in
     fi
     sleep 2
   done
-  tail -40 "$WORK/$name.server.log" >>"$LOG"
+  tail -40 "$logf" >>"$LOG"
   echo "FAIL  $name  not healthy after 420 s" | tee -a "$SUMMARY" "$LOG"
   FAILED=$((FAILED + 1)); stop_server; return 1
 }
