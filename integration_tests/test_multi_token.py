@@ -16,7 +16,7 @@ from vllm_helpers import first_mismatch, kog_kwargs, kog_stats, random_prompts, 
 pytestmark = pytest.mark.vllm_gpu
 
 SHAPE = os.environ.get("KOG_TEST_SHAPE", "llama-3.2-1b")
-KS = (1, 4, 16)
+KS = (1, 4, 16, 32, 64)  # 32: kog's default (config.py); 64: the largest
 SCHEDULER = "kog_backend.scheduler.KogScheduler"
 IMPL = os.environ.get("KOG_TEST_IMPL", "torch")  # run again with KOG_TEST_IMPL=monokernel
 
@@ -34,7 +34,7 @@ def engines(checkpoint):
     from vllm import LLM
 
     path = checkpoint(SHAPE)
-    return {k: LLM(model=path, **multi_kwargs(k, gpu_memory_utilization=0.2)) for k in KS}
+    return {k: LLM(model=path, **multi_kwargs(k, gpu_memory_utilization=0.15)) for k in KS}
 
 
 def _greedy(max_tokens, **kw):
@@ -66,7 +66,7 @@ def test_stop_token_mid_burst(engines):
     vocab = engines[1].llm_engine.model_config.get_vocab_size()
     prompt = random_prompts(1, [24], vocab, seed=22)
     free = token_ids(engines[1].generate(prompt, _greedy(64, ignore_eos=True)))[0]
-    # The first token not seen before index >= 6, so that the stop lands inside a burst of 4 and of 16.
+    # The first token not seen before index >= 6, so that the stop lands inside a burst of every K > 1.
     stop_at = next(i for i in range(6, len(free)) if free[i] not in free[:i] and i % 4 != 0)
     stop_id = free[stop_at]
     for k, llm in engines.items():

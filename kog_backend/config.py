@@ -14,7 +14,7 @@ CONFIG_KEY = "kog"
 WORKER_CLS = "kog_backend.worker.KogWorker"
 # Needed (with async scheduling off) for tokens_per_step > 1; `--backend kog` sets both.
 SCHEDULER_CLS = "kog_backend.scheduler.KogScheduler"
-DEFAULT_TOKENS_PER_STEP = 16
+DEFAULT_TOKENS_PER_STEP = 32
 
 
 class KogConfigError(ValueError):
@@ -31,8 +31,9 @@ class KogConfig:
     step_impl: str = "auto"
     # Tokens generated per engine step on the kog path (K). K > 1 needs KogScheduler and synchronous scheduling
     # (`--backend kog` sets both); where they are missing, the default runs 1 token per step (logged at info level)
-    # and an explicit K > 1 is a warning. 16: the setting `kog bench` measures (benchmarks/NOTES.md: vLLM's ~1.5-2 ms
-    # engine step spread over 16 tokens), and the burst a streaming client sees (docs/operator-guide.md).
+    # and an explicit K > 1 is a warning. 32, from `kog bench` on the H200 (benchmarks/NOTES.md, 2026-12-03, one
+    # machine, Llama-3.2-1B shape): K = 16 / 32 / 64 / 128 gave 1,076 / 1,119 / 1,147 / 1,161 tok/s; 32 keeps 96%
+    # of K = 128's speed while a streaming client's bursts, and a second request's wait, stay near 30 ms.
     tokens_per_step: int = DEFAULT_TOKENS_PER_STEP
     # With K > 1 and the monokernel: also burst requests that sample with a temperature and no top-k, top-p or
     # min-p (the kernel draws vLLM's Gumbel-max tokens itself, keyed like vLLM's sampler). Verified on the H200

@@ -184,7 +184,7 @@ def test_engine_kwargs_differ_only_in_the_kog_selection():
     same = {k: v for k, v in kog.items() if k not in kog_selection}
     assert same == {k: v for k, v in stock.items() if k != "additional_config"}
     assert stock["enable_prefix_caching"] is False and stock["tensor_parallel_size"] == 1
-    assert engine_kwargs(_spec("kog"))["additional_config"] == {CONFIG_KEY: {}}  # kog's own default K (16) ...
+    assert engine_kwargs(_spec("kog"))["additional_config"] == {CONFIG_KEY: {}}  # kog's own default K (32) ...
     assert engine_kwargs(_spec("kog"))["scheduler_cls"] == SCHEDULER_CLS  # ... which needs kog's scheduler
     one = engine_kwargs(_spec("kog", kog_options={"tokens_per_step": 1}))
     assert "scheduler_cls" not in one and "async_scheduling" not in one

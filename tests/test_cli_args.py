@@ -126,7 +126,7 @@ def test_backend_kog_multi_token_selects_the_scheduler(kog):
     ns = kog.parse_args(["m", "--backend", "kog", "--kog-options", '{"tokens_per_step": 8}'])
     args = engine_args(ns)
     assert args.scheduler_cls == SCHEDULER_CLS and args.async_scheduling is False
-    default = engine_args(kog.parse_args(["m", "--backend", "kog"]))  # the default K (16) needs it too
+    default = engine_args(kog.parse_args(["m", "--backend", "kog"]))  # the default K (32) needs it too
     assert default.scheduler_cls == SCHEDULER_CLS and default.async_scheduling is False
     one = engine_args(kog.parse_args(["m", "--backend", "kog", "--kog-options", '{"tokens_per_step": 1}']))
     assert one.scheduler_cls != SCHEDULER_CLS

@@ -16,11 +16,12 @@ import os
 import sys
 
 from kog_backend.cli_args import json_object
+from kog_backend.config import DEFAULT_TOKENS_PER_STEP
 
 DEFAULT_OUT = "kog-bench"
 # What the main job measures on the kog side unless told otherwise: the monokernel with K tokens per engine step.
 DEFAULT_KOG_OPTIONS = {"step_impl": "monokernel"}
-DEFAULT_K = 16
+DEFAULT_K = DEFAULT_TOKENS_PER_STEP  # the server default (config.py says how it was chosen)
 
 
 def _positive(text: str) -> int:
@@ -47,8 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--prompt-len", type=_positive, default=32, help="prompt length (random token ids)")
     g.add_argument("--new-tokens", type=_positive, default=512, help="tokens to generate (ignore_eos)")
     g.add_argument("--tokens-per-step", "-K", type=_positive, default=DEFAULT_K, metavar="K",
-                   help="kog: tokens generated per engine step (16 spreads vLLM's ~2 ms engine step over 16 tokens; "
-                        "measured at 16 only so far, benchmarks/NOTES.md)")
+                   help="kog: tokens generated per engine step (default: kog's own default, which spreads vLLM's "
+                        "~1.5 ms engine step over that many tokens; benchmarks/NOTES.md has the K sweep)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--top-k", type=int, default=0, help="0 = off")
