@@ -11,6 +11,7 @@ import random
 
 import pytest
 
+from kog_backend.config import DEFAULT_TOKENS_PER_STEP
 from kog_backend.bench import offline
 from kog_backend.bench.results import SCHEMA, BenchReport, ModelResult, RunResult
 from kog_backend.bench.table import format_table, markdown_table
@@ -214,7 +215,7 @@ def test_command_end_to_end(tmp_path, monkeypatch):
     args = _args(tmp_path, "--model", str(ckpt), "--new-tokens", "64", "--kog-options", '{"step_impl": "torch"}',
                  "--only", "kog", "--no-chart")
     assert bench_cmd.run(args) == 0
-    assert calls[0]["kog_options"] == {"step_impl": "torch"} and calls[0]["tokens_per_step"] == 16
+    assert calls[0]["kog_options"] == {"step_impl": "torch"} and calls[0]["tokens_per_step"] == DEFAULT_TOKENS_PER_STEP
 
 
 def test_command_exit_status_when_kog_never_ran(tmp_path, monkeypatch, capsys):
