@@ -59,3 +59,40 @@ def test_stop_ids_follow_check_stop():
 def test_sampled_burst_temperature(kwargs, want):
     assert sampled_burst_temperature(SamplingParams(**kwargs)) == want
     assert sampled_burst_temperature(None) is None
+
+
+def _vllm_config(kog, scheduler_cls, async_scheduling):
+    from types import SimpleNamespace
+
+    sched = SimpleNamespace(async_scheduling=async_scheduling, get_scheduler_cls=lambda: scheduler_cls)
+    return SimpleNamespace(additional_config={"kog": kog}, scheduler_config=sched)
+
+
+@pytest.mark.parametrize(
+    "kog,sched,async_,want,level",
+    [
+        ({}, "kog", False, 32, None),  # the default K where kog's scheduler runs
+        ({"tokens_per_step": 8}, "kog", False, 8, None),
+        ({"tokens_per_step": 1}, "stock", True, 1, None),
+        ({}, "stock", False, 1, "INFO"),  # the default without kog's scheduler: quietly 1
+        ({}, "kog", True, 1, "INFO"),
+        ({"tokens_per_step": 8}, "stock", False, 1, "WARNING"),  # asked for K > 1 and cannot have it: warn
+        ({"tokens_per_step": 8}, "kog", True, 1, "WARNING"),
+    ],
+)
+def test_effective_tokens_per_step(kog, sched, async_, want, level, monkeypatch):
+    from types import SimpleNamespace
+
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from kog_backend import runner
+    from kog_backend.config import KogConfig
+    from kog_backend.scheduler import KogScheduler
+
+    logged = []
+    monkeypatch.setattr(runner.logger, "info", lambda *a, **k: logged.append("INFO"))
+    monkeypatch.setattr(runner.logger, "warning", lambda *a, **k: logged.append("WARNING"))
+    vc = _vllm_config(kog, KogScheduler if sched == "kog" else Scheduler, async_)
+    fake = SimpleNamespace(kog_config=KogConfig.from_vllm_config(vc))
+    assert runner.KogModelRunner._kog_effective_tokens_per_step(fake, vc) == want
+    assert logged == ([level] if level else [])
