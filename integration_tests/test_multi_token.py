@@ -11,7 +11,15 @@ import os
 
 import pytest
 
-from vllm_helpers import first_mismatch, kog_kwargs, kog_stats, random_prompts, run_in_spawned_child, token_ids
+from vllm_helpers import (
+    engine_kwargs,
+    first_mismatch,
+    kog_kwargs,
+    kog_stats,
+    random_prompts,
+    run_in_spawned_child,
+    token_ids,
+)
 
 pytestmark = pytest.mark.vllm_gpu
 
@@ -43,7 +51,7 @@ def _greedy(max_tokens, **kw):
     return SamplingParams(temperature=0.0, max_tokens=max_tokens, **kw)
 
 
-@pytest.mark.parametrize("max_tokens", [203, 17, 1])
+@pytest.mark.parametrize("max_tokens", [512, 17, 1])
 def test_greedy_identical_for_every_k(engines, max_tokens):
     vocab = engines[1].llm_engine.model_config.get_vocab_size()
     prompts = random_prompts(2, [32, 3], vocab, seed=21)
@@ -73,6 +81,61 @@ def test_stop_token_mid_burst(engines):
         out = llm.generate(prompt, _greedy(64, ignore_eos=True, stop_token_ids=[stop_id]))[0].outputs[0]
         assert list(out.token_ids) == free[: stop_at + 1], k
         assert out.finish_reason == "stop"
+
+
+def _with_eos(src: str, dst, eos_id: int) -> str:
+    """A view of checkpoint `src` (files linked) whose generation config also names `eos_id` as an EOS token."""
+    import json
+
+    os.makedirs(dst, exist_ok=True)
+    for name in os.listdir(src):
+        if name != "generation_config.json":
+            os.symlink(os.path.join(src, name), os.path.join(dst, name))
+    with open(os.path.join(src, "generation_config.json")) as f:
+        gen = json.load(f)
+    old = gen.get("eos_token_id")
+    gen["eos_token_id"] = ([] if old is None else [old] if isinstance(old, int) else list(old)) + [eos_id]
+    with open(os.path.join(dst, "generation_config.json"), "w") as f:
+        json.dump(gen, f)
+    return str(dst)
+
+
+def _eos_child(queue, path, kwargs, prompt, max_tokens):
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=path, **kwargs)
+    out = llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=max_tokens))[0].outputs[0]
+    stats = kog_stats(llm) if kwargs.get("worker_cls") else None
+    queue.put((list(out.token_ids), out.finish_reason, stats))
+
+
+def test_eos_mid_burst(engines, checkpoint, tmp_path):
+    """EOS (here: an id the model's generation config names, not ignored) ends a burst exactly where K = 1 and stock
+    end. Each engine of the EOS checkpoint runs in a spawned child, next to the module's engines."""
+    import json
+
+    src = checkpoint(SHAPE)
+    vocab = engines[1].llm_engine.model_config.get_vocab_size()
+    prompt = random_prompts(1, [26], vocab, seed=24)[0]
+    free = token_ids(engines[1].generate([prompt], _greedy(64, ignore_eos=True)))[0]
+    with open(os.path.join(src, "generation_config.json")) as f:
+        old = json.load(f).get("eos_token_id")
+    old_eos = set([] if old is None else [old] if isinstance(old, int) else old)
+    limit = next((i for i, t in enumerate(free) if t in old_eos), len(free))  # the checkpoint's own EOS comes first
+    stop_at = next(i for i in range(6, limit) if free[i] not in free[:i] and i % 4 != 0)
+    path = _with_eos(src, tmp_path / "eos", free[stop_at])
+    want = free[: stop_at + 1]
+    kw = dict(gpu_memory_utilization=0.06, max_model_len=1024)
+    runs = {
+        "stock": engine_kwargs(**kw),
+        "kog K=1": multi_kwargs(1, **kw),
+        "kog K=32": multi_kwargs(32, **kw),
+    }
+    for name, kwargs in runs.items():
+        got, reason, stats = run_in_spawned_child(_eos_child, path, kwargs, prompt, 64)
+        assert got == want and reason == "stop", (name, first_mismatch(got, want), reason)
+        if stats is not None:
+            assert stats["kog_steps"] > 0, (name, stats)
 
 
 def _staggered_child(queue, path, kwargs, prompts, max_tokens, first_tokens_before_second):
