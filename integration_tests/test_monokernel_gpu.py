@@ -10,7 +10,8 @@ logits, the new KV slot, and every cache slot past the context), launches one st
   * end to end against reference_step (torch_step's recipe): logits within 2e-2 relative norm, and the same
     token wherever the reference's top-2 margin exceeds 2% of its top logit.
 Context lengths 1, 15, 16, 17, 1000, 4096, 32000; GQA 1, 4, 8; head dim 64, 128; Llama (tied) and Qwen3
-(qk-norm, untied); one HND-layout cache; consecutive launches (epochs) and K>1 greedy launches with stop ids.
+(qk-norm, untied); one HND-layout cache; consecutive launches (epochs) and K>1 greedy launches with stop ids;
+the loader's stage-end hold (a benchmark variant) leaves every result bit for bit unchanged.
 """
 
 from __future__ import annotations
@@ -243,6 +244,31 @@ def test_consecutive_steps_and_multi_token(arch, head_dim):
     if int(tok.item()) != toks[0]:
         errors.append(f"step after K>1 launches gave {int(tok.item())}, expected {toks[0]}")
     assert not errors, "\n".join(errors)
+
+
+@pytest.mark.parametrize("hold", [0, 1, 3])
+def test_stage_end_hold_changes_timing_only(hold):
+    """The loader's hold after a stage end (ModelArgs::stage_end_copies < num_slots, a benchmark variant) changes
+    when weights stream, not what is computed: a K=4 launch with it gives the default launch's tokens, logits and
+    caches bit for bit, and no wait times out (the hold cannot deadlock)."""
+    w, caches, mk = _model("llama", 128, 4, True)
+    pos, slot, bt = _prepare(w, caches, 100, 13)
+    init = [c.clone() for c in caches]
+    ids, p, sl = torch.tensor([77], device=DEV), torch.tensor([pos], device=DEV), torch.tensor([slot], device=DEV)
+    results = []
+    for table in (None, mk.variant_table(stage_end_copies=hold)):
+        for c, c0 in zip(caches, init):
+            c.copy_(c0)
+        logits = torch.full((4, mk.logical_vocab), math.nan, dtype=torch.bfloat16, device=DEV)
+        tokens, count = mk.generate(ids, p, bt, sl, 4, logits_out=logits, model_table=table)
+        torch.cuda.synchronize()
+        assert mk.diagnostics() is None, mk.diagnostics()
+        results.append((tokens.tolist(), int(count.item()), logits.view(torch.int16).clone(),
+                        [c.view(torch.int16).clone() for c in caches]))
+    (t0, n0, l0, c0), (t1, n1, l1, c1) = results
+    assert n0 == n1 == 4 and t0 == t1, (t0, t1)
+    assert torch.equal(l0, l1), "logits differ"
+    assert all(torch.equal(a, b) for a, b in zip(c0, c1)), "caches differ"
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.5])  # 1: no division; 0.5: division exact, whatever the rounding

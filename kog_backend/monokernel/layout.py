@@ -30,6 +30,7 @@ MODEL_FIELDS: tuple[tuple[str, str, int], ...] = (
     ("max_position", "i", 1),
     ("work_bytes", "i", 1),
     ("prefetch_chunks", "i", 1),
+    ("stage_end_copies", "i", 1),
     ("stage_k", "i", NUM_STAGES),
     ("stage_n", "i", NUM_STAGES),
     ("stage_nu", "i", NUM_STAGES),
@@ -89,6 +90,8 @@ CONFIG: dict[str, int] = {
     "kTraceEvents": 15,
     "kMaxTP": 8,
     "kCtrTpLM": 9,
+    "kStageEndCopies": 12,
+    "kStageEndQueue": 16,
 }
 CONFIG_NAMES = tuple(CONFIG)
 

@@ -32,6 +32,14 @@ struct MonoConfig {
   // 6 chunks 1100 us, 12: 1289 us, 24: 1444 us -- with every SM's ring in flight HBM is already saturated, and the
   // extra L2 traffic only competes with it. Kept as a benchmark variant.
   static constexpr int kPrefetchChunks = 0;
+  // Default of ModelArgs::stage_end_copies. A release (the counter signal that ends a block's stage) waits for the
+  // bulk copies its SM has in flight: ~0.5 us with none, ~2 us with two 32 KiB slots, ~7 us with six
+  // (benchmarks/probes/latency_under_stream.cu, NOTES.md 2026-12-02). Holding the loader after a stage's last
+  // chunk until the release has gone out trades stream time for a shorter hand-off. kMaxSlots: no hold (the
+  // measured kernel); the hold is a benchmark variant until an A/B says otherwise.
+  static constexpr int kStageEndCopies = kMaxSlots;
+  // Unreleased stage ends the loader tracks (each has >= 1 chunk in the ring, so <= kMaxSlots + 1 at once).
+  static constexpr int kStageEndQueue = 16;
 
   // GEMV: a warp's share of one row is a multiple of this many bf16 (32 lanes x 8 elements = one 16 B load each).
   static constexpr int kWarpStride = 32 * 8;
@@ -70,6 +78,9 @@ static_assert(MonoConfig::kMaxSlots * MonoConfig::kSlotBytes + MonoConfig::kHead
 static_assert(MonoConfig::kMinSlots * MonoConfig::kSlotBytes + MonoConfig::kHeaderBytes < MonoConfig::kMaxSmemBytes,
               "at least two slots must fit");
 static_assert(MonoConfig::kMaxHidden == 8192, "norm register budget");
+static_assert(MonoConfig::kStageEndQueue >= MonoConfig::kMaxSlots + 1 &&
+                  (MonoConfig::kStageEndQueue & (MonoConfig::kStageEndQueue - 1)) == 0,
+              "the loader's stage-end queue holds every unreleased stage end and wraps by a mask");
 static_assert(MonoConfig::kHeadsPerPass == 4 && MonoConfig::kAttnUnroll >= 1, "attention register budget");
 
 }  // namespace kog

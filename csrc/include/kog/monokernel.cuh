@@ -35,6 +35,7 @@ struct SmemHeader {
   int bcast[4];
   volatile int tok_go;    // consumers -> loader: token index whose weights may stream
   volatile int tok_stop;  // consumers -> loader: stop after the token before tok_go
+  volatile int released;  // consumers -> loader: stage_seq of the last stage this block has signalled (-1: none)
   int64_t tp_delta[MonoConfig::kMaxTP];     // ModelArgs::tp_delta, copied at kernel start
   float resid[MonoConfig::kMaxResidRows];  // residual values of this block's O / down rows
   int bt[MonoConfig::kBtCacheEntries];
@@ -45,6 +46,12 @@ static_assert(sizeof(SmemHeader) <= MonoConfig::kHeaderBytes, "shared-memory hea
 __device__ __forceinline__ int first_chunk(int b, int base, int G) {
   const int c = b - base;
   return c < 0 ? c + G : c;
+}
+
+// Position of stage st of layer l (st = kStageLM: the LM head) of token t in the block's schedule.
+__device__ __forceinline__ int stage_seq(int t, int l, int st, int num_layers) {
+  const int per_token = 4 * num_layers + 1;
+  return t * per_token + (st == MonoConfig::kStageLM ? 4 * num_layers : 4 * l + st);
 }
 
 __device__ __forceinline__ const bf16* stage_weight(const ModelArgs& m, const LayerArgs& La, int st) {
@@ -105,9 +112,21 @@ struct ChunkCursor {
 
 // Streams the block's chunks into the ring; also keeps `prefetch_chunks` further chunks on their way into L2
 // (cp.async.bulk.prefetch.L2), so HBM keeps streaming while the consumers wait on a dependency and the ring is full.
+// With stage_end_copies = h < num_slots, at most h chunks are issued past this block's last chunk of a stage until
+// the block has signalled that stage (hdr.released), so the signal's fence waits for at most h copies in flight.
+// No deadlock: a loader holding at stage s has issued every chunk of stages <= s, so the earliest unreleased stage
+// of any block has all its chunks and (by induction over the schedule) all its inputs on their way.
 __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader& hdr, uint8_t* ring) {
+  constexpr int kQ = MonoConfig::kStageEndQueue;
   const uint64_t policy = l2_evict_first_policy();
   const int ns = static_cast<int>(m.num_slots);
+  const int hold = static_cast<int>(m.stage_end_copies);
+  const bool holding = hold < ns;
+  const int L = static_cast<int>(m.num_layers);
+  // Unreleased stage ends, oldest first: their stage_seq and the issue count just after their last chunk (at most
+  // num_slots + 1 of them: each still has a chunk in the ring).
+  int end_seq[kQ], end_at[kQ];
+  int q_head = 0, q_tail = 0, issued = 0;
   const int ahead = static_cast<int>(m.prefetch_chunks);
   const int ntok = step.num_tokens;
   int slot = 0, cur_t = 0, mark_t = -1, mark_l = -1;
@@ -146,6 +165,21 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
       mark_t = fill.t;
       mark_l = fill.l;
     }
+    while (holding && q_head != q_tail) {
+      const int seq = end_seq[q_head & (kQ - 1)];
+      if (hdr.released < seq && issued - end_at[q_head & (kQ - 1)] >= hold) {
+        const long long t0 = clock64();
+        while (hdr.released < seq) {
+          __nanosleep(32);
+          if (clock64() - t0 > kWaitTimeoutCycles || aborted(ctrs)) {
+            record_abort(ctrs, kSiteStageEnd, static_cast<uint32_t>(seq), static_cast<uint32_t>(hdr.released), 0u);
+            return;
+          }
+        }
+      }
+      if (hdr.released < seq) break;
+      ++q_head;
+    }
     mbar_wait(&hdr.empty[slot], phase ^ 1u, ctrs, kSiteEmpty);
 #ifdef KOG_BENCH_NO_COPY  // diagnostics build: slots are marked full without copying (timing only, wrong results)
     mbar_arrive(&hdr.full[slot]);
@@ -159,6 +193,12 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
     if (++slot == ns) {
       slot = 0;
       phase ^= 1u;
+    }
+    ++issued;
+    if (holding && fill.c + static_cast<int>(gridDim.x) >= geo[fill.st].chunks) {  // the block's last chunk of it
+      end_seq[q_tail & (kQ - 1)] = stage_seq(fill.t, fill.l, fill.st, L);
+      end_at[q_tail & (kQ - 1)] = issued;
+      ++q_tail;
     }
     fill.advance(m, geo, ntok);
     if (ahead > 0 && !pref.done) {  // (ahead 0: no prefetch at all, not one of the chunk just copied)
@@ -319,7 +359,10 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
           consume_stage<false>(m, hdr, ring, x_s, C::kStageQKV, c0,
                                [=](int r, int, float v, float) { st_bf16(qkv_out, r, v); }, tr, t, l, kEvQkvLanded);
           consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageQKV), static_cast<uint32_t>(mine));
-          if (tid == 0) tr.mark(t, l, kEvQkvDone);
+          if (tid == 0) {
+            hdr.released = stage_seq(t, l, C::kStageQKV, L);
+            tr.mark(t, l, kEvQkvDone);
+          }
         }
         base = (base + static_cast<int>(n_qkv)) % G;
       }
@@ -370,7 +413,10 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
           } else {
             consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageO), static_cast<uint32_t>(mine));
           }
-          if (tid == 0) tr.mark(t, l, kEvODone);
+          if (tid == 0) {
+            hdr.released = stage_seq(t, l, C::kStageO, L);
+            tr.mark(t, l, kEvODone);
+          }
         }
         base = (base + static_cast<int>(n_o)) % G;
       }
@@ -390,7 +436,10 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
             st_bf16(act, r, __fmul_rn(__fdiv_rn(gt, 1.f + expf(-gt)), up));
           }, tr, t, l, kEvGuLanded);
           consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageGU), static_cast<uint32_t>(mine));
-          if (tid == 0) tr.mark(t, l, kEvGuDone);
+          if (tid == 0) {
+            hdr.released = stage_seq(t, l, C::kStageGU, L);
+            tr.mark(t, l, kEvGuDone);
+          }
         }
         base = (base + static_cast<int>(n_gu)) % G;
       }
@@ -428,7 +477,10 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
           } else {
             consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageDown), static_cast<uint32_t>(mine));
           }
-          if (tid == 0) tr.mark(t, l, kEvDownDone);
+          if (tid == 0) {
+            hdr.released = stage_seq(t, l, C::kStageDown, L);
+            tr.mark(t, l, kEvDownDone);
+          }
         }
         base = (base + static_cast<int>(n_down)) % G;
       }
@@ -468,6 +520,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
       if (tid == 0) {
         m.argmax_slots[b] = best;
         const uint32_t old = atom_acq_rel_add(counter(ctrs, kCtrLM), 1u);
+        hdr.released = stage_seq(t, L, C::kStageLM, L);  // (also when this block owned no LM chunk: harmless)
         hdr.bcast[1] = (old + 1u == next * static_cast<uint32_t>(G)) ? 1 : 0;
         tr.mark(t, L, kEvLmDone);
       }
@@ -531,6 +584,7 @@ __global__ void __launch_bounds__(MonoConfig::kThreads, 1) monokernel_kernel(con
     }
     hdr.tok_go = 0;
     hdr.tok_stop = 0;
+    hdr.released = -1;
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
