@@ -33,8 +33,8 @@ struct MonoConfig {
   // extra L2 traffic only competes with it. Kept as a benchmark variant.
   static constexpr int kPrefetchChunks = 0;
   // Default of ModelArgs::stage_end_copies. A release (the counter signal that ends a block's stage) waits for the
-  // bulk copies its SM has in flight: ~0.5 us with none, ~2 us with two 32 KiB slots, ~7 us with six
-  // (benchmarks/probes/latency_under_stream.cu, NOTES.md 2026-12-02). Holding the loader after a stage's last
+  // bulk copies its SM has in flight: ~0.9-1.4 us with none (the other SMs streaming), ~2 us with two 32 KiB
+  // copies, ~5-7 us with six (benchmarks/probes/latency_under_stream.cu, NOTES.md 2026-12-02). Holding the loader after a stage's last
   // chunk until the release has gone out trades stream time for a shorter hand-off. kMaxSlots: no hold (the
   // measured kernel); the hold is a benchmark variant until an A/B says otherwise.
   static constexpr int kStageEndCopies = kMaxSlots;
