@@ -8,8 +8,8 @@ timed one by one with CUDA events (the weights are >= 2.5 GB, 40x the L2, so not
   GB/s = bytes/step / time; share = GB/s / copy GB/s (copy counts bytes read + written)
 
 Variants (Llama-3.2-1B, ctx 32) say where the time goes: the LM head cut to one chunk, half the layers, a
-shallower weight ring, no / deeper L2 prefetch beyond the ring; --hold 0,1,2 times the loader's hold after a stage
-end (ModelArgs::stage_end_copies) on every shape. --trace prints a typical layer's timeline
+shallower weight ring, no / deeper L2 prefetch beyond the ring; --hold 1:12,12:1,1:1 times the loader's hold around
+hand-offs (ModelArgs::stage_end_copies:attn_end_copies, csrc/include/kog/handoff_hold.cuh) on every shape. --trace prints a typical layer's timeline
 (Monokernel.trace_table, kog_backend/monokernel/timeline.py). Prints a table last; writes JSON to $OUT/bench_monokernel.json when $OUT is set.
 
   python benchmarks/bench_monokernel.py [--shapes llama-3.2-1b,...] [--ctx 32,1024,4096] [--reps 50]
@@ -68,7 +68,7 @@ def time_steps(fn, reps: int, warmup: int = 5) -> float:
 
 
 def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, variants: bool,
-                trace: bool = False, holds: tuple[int, ...] = ()) -> list[dict]:
+                trace: bool = False, holds: tuple[tuple[int, int], ...] = ()) -> list[dict]:
     s = synthetic.make_shape(*synthetic.SHAPES[name], max_position=max(ctxs) + 64)
     w = synthetic.random_decoder(s, dev, seed=1)
     max_ctx = max(ctxs)
@@ -119,8 +119,8 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
             "L2 prefetch 6": (dict(prefetch_chunks=6), wbytes),
             "L2 prefetch 12": (dict(prefetch_chunks=12), wbytes),
         }  # fmt: skip
-    for h in holds:  # ModelArgs::stage_end_copies (config.cuh kStageEndCopies): loader hold after a stage end
-        cases[f"stage-end hold {h}"] = (dict(stage_end_copies=h), wbytes)
+    for h, a in holds:  # ModelArgs::stage_end_copies / attn_end_copies: the loader's hold (handoff_hold.cuh)
+        cases[f"hold {h}:{a}"] = (dict(stage_end_copies=h, attn_end_copies=a), wbytes)
     if cases:
         ctx = ctxs[0]
         for vname, (ov, byt) in cases.items():
@@ -140,6 +140,15 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
     return rows
 
 
+def parse_holds(text: str) -> tuple[tuple[int, int], ...]:
+    """"1:12,2" -> ((1, 12), (2, 2)): stage_end_copies:attn_end_copies pairs (one number sets both)."""
+    out = []
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        s, _, a = item.partition(":")
+        out.append((int(s), int(a or s)))
+    return tuple(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="llama-3.2-1b,qwen3-1.7b,llama-3.1-8b")
@@ -147,8 +156,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--no-variants", action="store_true")
     ap.add_argument("--trace", action="store_true", help="print where a typical layer's time goes (first ctx)")
-    ap.add_argument("--hold", default="", help="comma-separated stage_end_copies values timed as variants of every "
-                    "shape at the first ctx (the loader holds after a stage end; default: none)")
+    ap.add_argument("--hold", default="", help="comma-separated S:A pairs (stage_end_copies:attn_end_copies; 12 = no "
+                    "hold) timed as variants of every shape at the first ctx, e.g. 1:12,12:1,1:1 (default: none)")
     args = ap.parse_args()
     dev = torch.device("cuda", 0)
     ctxs = [int(x) for x in args.ctx.split(",")]
@@ -157,7 +166,7 @@ def main() -> int:
     rows = []
     for name in args.shapes.split(","):
         rows += bench_shape(name, ctxs, args.reps, copy_gbs, dev, variants=not args.no_variants and name == "llama-3.2-1b",
-                            trace=args.trace, holds=tuple(int(x) for x in args.hold.split(",") if x))
+                            trace=args.trace, holds=parse_holds(args.hold))
         for r in rows[-(len(ctxs)):]:
             print(f"  {r['shape']} ctx {r['ctx']}: {r['us']:.1f} us", flush=True)
     out = os.environ.get("OUT")

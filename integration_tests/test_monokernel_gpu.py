@@ -11,7 +11,7 @@ logits, the new KV slot, and every cache slot past the context), launches one st
     token wherever the reference's top-2 margin exceeds 2% of its top logit.
 Context lengths 1, 15, 16, 17, 1000, 4096, 32000; GQA 1, 4, 8; head dim 64, 128; Llama (tied) and Qwen3
 (qk-norm, untied); one HND-layout cache; consecutive launches (epochs) and K>1 greedy launches with stop ids;
-the loader's stage-end hold (a benchmark variant) leaves every result bit for bit unchanged.
+the loader's hold around hand-offs (a benchmark variant) leaves every result bit for bit unchanged.
 """
 
 from __future__ import annotations
@@ -246,17 +246,17 @@ def test_consecutive_steps_and_multi_token(arch, head_dim):
     assert not errors, "\n".join(errors)
 
 
-@pytest.mark.parametrize("hold", [0, 1, 3])
-def test_stage_end_hold_changes_timing_only(hold):
-    """The loader's hold after a stage end (ModelArgs::stage_end_copies < num_slots, a benchmark variant) changes
-    when weights stream, not what is computed: a K=4 launch with it gives the default launch's tokens, logits and
-    caches bit for bit, and no wait times out (the hold cannot deadlock)."""
+@pytest.mark.parametrize("stage,attn", [(0, 12), (1, 12), (12, 0), (12, 2), (1, 1), (3, 0)])
+def test_handoff_hold_changes_timing_only(stage, attn):
+    """The loader's hold around hand-offs (ModelArgs::stage_end_copies / attn_end_copies < num_slots, a benchmark
+    variant) changes when weights stream, not what is computed: a K=4 launch with it gives the default launch's
+    tokens, logits and caches bit for bit, and no wait times out (the hold cannot deadlock)."""
     w, caches, mk = _model("llama", 128, 4, True)
     pos, slot, bt = _prepare(w, caches, 100, 13)
     init = [c.clone() for c in caches]
     ids, p, sl = torch.tensor([77], device=DEV), torch.tensor([pos], device=DEV), torch.tensor([slot], device=DEV)
     results = []
-    for table in (None, mk.variant_table(stage_end_copies=hold)):
+    for table in (None, mk.variant_table(stage_end_copies=stage, attn_end_copies=attn)):
         for c, c0 in zip(caches, init):
             c.copy_(c0)
         logits = torch.full((4, mk.logical_vocab), math.nan, dtype=torch.bfloat16, device=DEV)

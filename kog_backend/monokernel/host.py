@@ -233,6 +233,7 @@ class Monokernel:
             "qk_norm": int(s.qk_norm), "max_position": weights.cos_sin.shape[0], "work_bytes": plan.work_bytes,
             "prefetch_chunks": layout.CONFIG["kPrefetchChunks"],
             "stage_end_copies": layout.CONFIG["kStageEndCopies"],
+            "attn_end_copies": layout.CONFIG["kAttnEndCopies"],
             "stage_k": [p.k for p in plan.stages], "stage_n": [p.n for p in plan.stages],
             "stage_nu": [p.nu for p in plan.stages], "stage_chunks": [p.chunks for p in plan.stages],
             "kv_stride_block": kv0.stride(0), "kv_stride_pos": kv0.stride(2), "kv_stride_head": kv0.stride(1),
@@ -360,7 +361,7 @@ class Monokernel:
             return None
         block, what, target, seen = (x & 0xFFFFFFFF for x in c[ABORT + 1 : ABORT + 5])
         kinds = {1: "counter", 2: "weight slot full", 3: "weight slot empty (loader)", 4: "next-token go (loader)",
-                 5: "stage-end release (loader)"}
+                 5: "hand-off hold (loader)"}
         desc = f"{kinds.get(site, site)} wait timed out in block {block}: what={what} target={target} seen={seen}"
         if site == 1:
             desc += f" ({describe_counter(what, self.shape.num_kv_heads)})"

@@ -31,6 +31,7 @@ MODEL_FIELDS: tuple[tuple[str, str, int], ...] = (
     ("work_bytes", "i", 1),
     ("prefetch_chunks", "i", 1),
     ("stage_end_copies", "i", 1),
+    ("attn_end_copies", "i", 1),
     ("stage_k", "i", NUM_STAGES),
     ("stage_n", "i", NUM_STAGES),
     ("stage_nu", "i", NUM_STAGES),
@@ -91,7 +92,8 @@ CONFIG: dict[str, int] = {
     "kMaxTP": 8,
     "kCtrTpLM": 9,
     "kStageEndCopies": 12,
-    "kStageEndQueue": 16,
+    "kAttnEndCopies": 12,
+    "kHandoffQueue": 16,
 }
 CONFIG_NAMES = tuple(CONFIG)
 

@@ -54,7 +54,8 @@ struct ModelArgs {
   int64_t work_bytes;   // shared-memory work region (input vector / attention scratch) before the ring
   int64_t prefetch_chunks;  // chunks the loader keeps in flight into L2 beyond the ring (0: none)
   int64_t stage_end_copies; // chunks the loader may issue past this block's last chunk of a stage before the block
-                            // has signalled that stage (>= num_slots: no hold; MonoConfig::kStageEndCopies)
+                            // has signalled that stage (>= num_slots: no hold; handoff_hold.cuh)
+  int64_t attn_end_copies;  // the same past its last QKV chunk until its attention split has published
   // Per stage (MonoConfig::kStage*): input length K, output units N (rows; gate/up pairs for GU), units per
   // chunk (power of two <= kConsumerWarps), number of chunks.
   int64_t stage_k[MonoConfig::kNumStages];

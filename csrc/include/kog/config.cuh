@@ -32,14 +32,15 @@ struct MonoConfig {
   // 6 chunks 1100 us, 12: 1289 us, 24: 1444 us -- with every SM's ring in flight HBM is already saturated, and the
   // extra L2 traffic only competes with it. Kept as a benchmark variant.
   static constexpr int kPrefetchChunks = 0;
-  // Default of ModelArgs::stage_end_copies. A release (the counter signal that ends a block's stage) waits for the
-  // bulk copies its SM has in flight: ~0.9-1.4 us with none (the other SMs streaming), ~2 us with two 32 KiB
-  // copies, ~5-7 us with six (benchmarks/probes/latency_under_stream.cu, NOTES.md 2026-12-02). Holding the loader after a stage's last
-  // chunk until the release has gone out trades stream time for a shorter hand-off. kMaxSlots: no hold (the
-  // measured kernel); the hold is a benchmark variant until an A/B says otherwise.
+  // Defaults of ModelArgs::stage_end_copies / attn_end_copies, the loader's hold around a block's hand-offs
+  // (handoff_hold.cuh): a release waits for the bulk copies its SM has in flight (~1 us with none while the others
+  // stream, 5-7 us with six; NOTES.md 2026-12-02). kMaxSlots: no hold (the measured kernel); the hold is a
+  // benchmark variant until an A/B says otherwise.
   static constexpr int kStageEndCopies = kMaxSlots;
-  // Unreleased stage ends the loader tracks (each has >= 1 chunk in the ring, so <= kMaxSlots + 1 at once).
-  static constexpr int kStageEndQueue = 16;
+  static constexpr int kAttnEndCopies = kMaxSlots;
+  // Hand-offs the loader keeps armed: <= kMaxSlots + 1 stage ends (each but the one being signalled has a chunk in
+  // the ring) and one attention split.
+  static constexpr int kHandoffQueue = 16;
 
   // GEMV: a warp's share of one row is a multiple of this many bf16 (32 lanes x 8 elements = one 16 B load each).
   static constexpr int kWarpStride = 32 * 8;
@@ -78,9 +79,9 @@ static_assert(MonoConfig::kMaxSlots * MonoConfig::kSlotBytes + MonoConfig::kHead
 static_assert(MonoConfig::kMinSlots * MonoConfig::kSlotBytes + MonoConfig::kHeaderBytes < MonoConfig::kMaxSmemBytes,
               "at least two slots must fit");
 static_assert(MonoConfig::kMaxHidden == 8192, "norm register budget");
-static_assert(MonoConfig::kStageEndQueue >= MonoConfig::kMaxSlots + 1 &&
-                  (MonoConfig::kStageEndQueue & (MonoConfig::kStageEndQueue - 1)) == 0,
-              "the loader's stage-end queue holds every unreleased stage end and wraps by a mask");
+static_assert(MonoConfig::kHandoffQueue >= MonoConfig::kMaxSlots + 2 &&
+                  (MonoConfig::kHandoffQueue & (MonoConfig::kHandoffQueue - 1)) == 0,
+              "the loader's hand-off queue holds every armed hand-off and wraps by a mask");
 static_assert(MonoConfig::kHeadsPerPass == 4 && MonoConfig::kAttnUnroll >= 1, "attention register budget");
 
 }  // namespace kog

@@ -15,6 +15,7 @@
 #include "kog/attention.cuh"
 #include "kog/config.cuh"
 #include "kog/gemv.cuh"
+#include "kog/handoff_hold.cuh"
 #include "kog/lm_head.cuh"
 #include "kog/numerics.cuh"
 #include "kog/rmsnorm.cuh"
@@ -35,7 +36,7 @@ struct SmemHeader {
   int bcast[4];
   volatile int tok_go;    // consumers -> loader: token index whose weights may stream
   volatile int tok_stop;  // consumers -> loader: stop after the token before tok_go
-  volatile int released;  // consumers -> loader: stage_seq of the last stage this block has signalled (-1: none)
+  volatile int released;  // consumers -> loader: hand_off_seq of the last hand-off this block made (-1: none)
   int64_t tp_delta[MonoConfig::kMaxTP];     // ModelArgs::tp_delta, copied at kernel start
   float resid[MonoConfig::kMaxResidRows];  // residual values of this block's O / down rows
   int bt[MonoConfig::kBtCacheEntries];
@@ -46,12 +47,6 @@ static_assert(sizeof(SmemHeader) <= MonoConfig::kHeaderBytes, "shared-memory hea
 __device__ __forceinline__ int first_chunk(int b, int base, int G) {
   const int c = b - base;
   return c < 0 ? c + G : c;
-}
-
-// Position of stage st of layer l (st = kStageLM: the LM head) of token t in the block's schedule.
-__device__ __forceinline__ int stage_seq(int t, int l, int st, int num_layers) {
-  const int per_token = 4 * num_layers + 1;
-  return t * per_token + (st == MonoConfig::kStageLM ? 4 * num_layers : 4 * l + st);
 }
 
 __device__ __forceinline__ const bf16* stage_weight(const ModelArgs& m, const LayerArgs& La, int st) {
@@ -112,21 +107,18 @@ struct ChunkCursor {
 
 // Streams the block's chunks into the ring; also keeps `prefetch_chunks` further chunks on their way into L2
 // (cp.async.bulk.prefetch.L2), so HBM keeps streaming while the consumers wait on a dependency and the ring is full.
-// With stage_end_copies = h < num_slots, at most h chunks are issued past this block's last chunk of a stage until
-// the block has signalled that stage (hdr.released), so the signal's fence waits for at most h copies in flight.
-// No deadlock: a loader holding at stage s has issued every chunk of stages <= s, so the earliest unreleased stage
-// of any block has all its chunks and (by induction over the schedule) all its inputs on their way.
+// With stage_end_copies / attn_end_copies below num_slots it holds around the block's hand-offs (handoff_hold.cuh).
+// No deadlock: a loader held at a hand-off has issued every chunk up to it, so the earliest hand-off not yet made
+// anywhere has all its chunks in its ring and, by induction over the schedule, all its inputs on their way.
 __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader& hdr, uint8_t* ring) {
-  constexpr int kQ = MonoConfig::kStageEndQueue;
   const uint64_t policy = l2_evict_first_policy();
   const int ns = static_cast<int>(m.num_slots);
-  const int hold = static_cast<int>(m.stage_end_copies);
-  const bool holding = hold < ns;
+  const int hold_stage = static_cast<int>(m.stage_end_copies), hold_attn = static_cast<int>(m.attn_end_copies);
+  const bool has_task = static_cast<int>(blockIdx.x) < static_cast<int>(m.num_kv_heads * m.num_splits);
+  const bool holding = hold_stage < ns || (has_task && hold_attn < ns);
   const int L = static_cast<int>(m.num_layers);
-  // Unreleased stage ends, oldest first: their stage_seq and the issue count just after their last chunk (at most
-  // num_slots + 1 of them: each still has a chunk in the ring).
-  int end_seq[kQ], end_at[kQ];
-  int q_head = 0, q_tail = 0, issued = 0;
+  HandoffHold hh;
+  int issued = 0;
   const int ahead = static_cast<int>(m.prefetch_chunks);
   const int ntok = step.num_tokens;
   int slot = 0, cur_t = 0, mark_t = -1, mark_l = -1;
@@ -165,21 +157,7 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
       mark_t = fill.t;
       mark_l = fill.l;
     }
-    while (holding && q_head != q_tail) {
-      const int seq = end_seq[q_head & (kQ - 1)];
-      if (hdr.released < seq && issued - end_at[q_head & (kQ - 1)] >= hold) {
-        const long long t0 = clock64();
-        while (hdr.released < seq) {
-          __nanosleep(32);
-          if (clock64() - t0 > kWaitTimeoutCycles || aborted(ctrs)) {
-            record_abort(ctrs, kSiteStageEnd, static_cast<uint32_t>(seq), static_cast<uint32_t>(hdr.released), 0u);
-            return;
-          }
-        }
-      }
-      if (hdr.released < seq) break;
-      ++q_head;
-    }
+    if (holding && !hh.before_issue(hdr.released, issued, ctrs)) return;
     mbar_wait(&hdr.empty[slot], phase ^ 1u, ctrs, kSiteEmpty);
 #ifdef KOG_BENCH_NO_COPY  // diagnostics build: slots are marked full without copying (timing only, wrong results)
     mbar_arrive(&hdr.full[slot]);
@@ -196,9 +174,10 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
     }
     ++issued;
     if (holding && fill.c + static_cast<int>(gridDim.x) >= geo[fill.st].chunks) {  // the block's last chunk of it
-      end_seq[q_tail & (kQ - 1)] = stage_seq(fill.t, fill.l, fill.st, L);
-      end_at[q_tail & (kQ - 1)] = issued;
-      ++q_tail;
+      if (hold_stage < ns) hh.arm(hand_off_seq(fill.t, fill.l, fill.st, L), issued + hold_stage);
+      if (fill.st == MonoConfig::kStageQKV && has_task && hold_attn < ns) {
+        hh.arm(hand_off_seq(fill.t, fill.l, kHandoffAttn, L), issued + hold_attn);
+      }
     }
     fill.advance(m, geo, ntok);
     if (ahead > 0 && !pref.done) {  // (ahead 0: no prefetch at all, not one of the chunk just copied)
@@ -360,7 +339,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
                                [=](int r, int, float v, float) { st_bf16(qkv_out, r, v); }, tr, t, l, kEvQkvLanded);
           consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageQKV), static_cast<uint32_t>(mine));
           if (tid == 0) {
-            hdr.released = stage_seq(t, l, C::kStageQKV, L);
+            hdr.released = hand_off_seq(t, l, C::kStageQKV, L);
             tr.mark(t, l, kEvQkvDone);
           }
         }
@@ -373,7 +352,10 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
         attention_task<D>(m, La, task, pos, slot, step.block_table, step.block_table_len, hdr.bt, work, hdr.bcast,
                           ctrs, layer_counter_index(l, nkv, kCtrAttnKV + task.kvh),
                           layer_counter_index(l, nkv, kCtrAttnDone), e);
-        if (tid == 0) tr.mark(t, l, kEvAttnDone);
+        if (tid == 0) {
+          hdr.released = hand_off_seq(t, l, kHandoffAttn, L);
+          tr.mark(t, l, kEvAttnDone);
+        }
       }
 
       {  // O projection + residual
@@ -414,7 +396,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
             consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageO), static_cast<uint32_t>(mine));
           }
           if (tid == 0) {
-            hdr.released = stage_seq(t, l, C::kStageO, L);
+            hdr.released = hand_off_seq(t, l, C::kStageO, L);
             tr.mark(t, l, kEvODone);
           }
         }
@@ -437,7 +419,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
           }, tr, t, l, kEvGuLanded);
           consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageGU), static_cast<uint32_t>(mine));
           if (tid == 0) {
-            hdr.released = stage_seq(t, l, C::kStageGU, L);
+            hdr.released = hand_off_seq(t, l, C::kStageGU, L);
             tr.mark(t, l, kEvGuDone);
           }
         }
@@ -478,7 +460,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
             consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageDown), static_cast<uint32_t>(mine));
           }
           if (tid == 0) {
-            hdr.released = stage_seq(t, l, C::kStageDown, L);
+            hdr.released = hand_off_seq(t, l, C::kStageDown, L);
             tr.mark(t, l, kEvDownDone);
           }
         }
@@ -520,7 +502,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
       if (tid == 0) {
         m.argmax_slots[b] = best;
         const uint32_t old = atom_acq_rel_add(counter(ctrs, kCtrLM), 1u);
-        hdr.released = stage_seq(t, L, C::kStageLM, L);  // (also when this block owned no LM chunk: harmless)
+        hdr.released = hand_off_seq(t, L, C::kStageLM, L);  // (also when this block owned no LM chunk: harmless)
         hdr.bcast[1] = (old + 1u == next * static_cast<uint32_t>(G)) ? 1 : 0;
         tr.mark(t, L, kEvLmDone);
       }
