@@ -165,10 +165,12 @@ def main() -> int:
     print(f"{torch.cuda.get_device_name(dev)}: device-to-device copy {copy_gbs:.0f} GB/s (read + write)", flush=True)
     rows = []
     for name in args.shapes.split(","):
-        rows += bench_shape(name, ctxs, args.reps, copy_gbs, dev, variants=not args.no_variants and name == "llama-3.2-1b",
-                            trace=args.trace, holds=parse_holds(args.hold))
-        for r in rows[-(len(ctxs)):]:
-            print(f"  {r['shape']} ctx {r['ctx']}: {r['us']:.1f} us", flush=True)
+        shape_rows = bench_shape(name, ctxs, args.reps, copy_gbs, dev,
+                                 variants=not args.no_variants and name == "llama-3.2-1b", trace=args.trace,
+                                 holds=parse_holds(args.hold))
+        rows += shape_rows
+        for r in shape_rows:
+            print(f"  {r['shape']} {r['variant']} ctx {r['ctx']}: {r['us']:.1f} us", flush=True)
     out = os.environ.get("OUT")
     if out:
         with open(os.path.join(out, "bench_monokernel.json"), "w") as f:
