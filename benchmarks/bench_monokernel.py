@@ -9,7 +9,8 @@ timed one by one with CUDA events (the weights are >= 2.5 GB, 40x the L2, so not
 
 Variants (Llama-3.2-1B, ctx 32) say where the time goes: the LM head cut to one chunk, half the layers, a
 shallower weight ring, no / deeper L2 prefetch beyond the ring; --hold 1:12,12:1,1:1 times the loader's hold around
-hand-offs (ModelArgs::stage_end_copies:attn_end_copies, csrc/include/kog/handoff_hold.cuh) on every shape. --trace prints a typical layer's timeline
+hand-offs (ModelArgs::stage_end_copies:attn_end_copies, csrc/include/kog/handoff_hold.cuh) on every shape, and
+--single-ctx 256 one attention split per KV head at short contexts (ModelArgs::attn_single_ctx). --trace prints a typical layer's timeline
 (Monokernel.trace_table, kog_backend/monokernel/timeline.py). Prints a table last; writes JSON to $OUT/bench_monokernel.json when $OUT is set.
 
   python benchmarks/bench_monokernel.py [--shapes llama-3.2-1b,...] [--ctx 32,1024,4096] [--reps 50]
@@ -68,7 +69,7 @@ def time_steps(fn, reps: int, warmup: int = 5) -> float:
 
 
 def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, variants: bool,
-                trace: bool = False, holds: tuple[tuple[int, int], ...] = ()) -> list[dict]:
+                trace: bool = False, holds: tuple[tuple[int, int], ...] = (), single_ctx: int = 0) -> list[dict]:
     s = synthetic.make_shape(*synthetic.SHAPES[name], max_position=max(ctxs) + 64)
     w = synthetic.random_decoder(s, dev, seed=1)
     max_ctx = max(ctxs)
@@ -121,6 +122,10 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
         }  # fmt: skip
     for h, a in holds:  # ModelArgs::stage_end_copies / attn_end_copies: the loader's hold (handoff_hold.cuh)
         cases[f"hold {h}:{a}"] = (dict(stage_end_copies=h, attn_end_copies=a), wbytes)
+    if single_ctx:  # ModelArgs::attn_single_ctx: one attention split per KV head up to this context
+        cases[f"1 split <= ctx {single_ctx}"] = (dict(attn_single_ctx=single_ctx), wbytes)
+        for h, a in holds:
+            cases[f"1 split, hold {h}:{a}"] = (dict(attn_single_ctx=single_ctx, stage_end_copies=h, attn_end_copies=a), wbytes)  # fmt: skip
     if cases:
         ctx = ctxs[0]
         for vname, (ov, byt) in cases.items():
@@ -156,6 +161,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--no-variants", action="store_true")
     ap.add_argument("--trace", action="store_true", help="print where a typical layer's time goes (first ctx)")
+    ap.add_argument("--single-ctx", type=int, default=0, help="also time one attention split per KV head for "
+                    "contexts up to this (ModelArgs::attn_single_ctx), alone and with each --hold pair")
     ap.add_argument("--hold", default="", help="comma-separated S:A pairs (stage_end_copies:attn_end_copies; 12 = no "
                     "hold) timed as variants of every shape at the first ctx, e.g. 1:12,12:1,1:1 (default: none)")
     args = ap.parse_args()
@@ -167,7 +174,7 @@ def main() -> int:
     for name in args.shapes.split(","):
         shape_rows = bench_shape(name, ctxs, args.reps, copy_gbs, dev,
                                  variants=not args.no_variants and name == "llama-3.2-1b", trace=args.trace,
-                                 holds=parse_holds(args.hold))
+                                 holds=parse_holds(args.hold), single_ctx=args.single_ctx)
         rows += shape_rows
         for r in shape_rows:
             print(f"  {r['shape']} {r['variant']} ctx {r['ctx']}: {r['us']:.1f} us", flush=True)

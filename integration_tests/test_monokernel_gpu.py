@@ -11,7 +11,8 @@ logits, the new KV slot, and every cache slot past the context), launches one st
     token wherever the reference's top-2 margin exceeds 2% of its top logit.
 Context lengths 1, 15, 16, 17, 1000, 4096, 32000; GQA 1, 4, 8; head dim 64, 128; Llama (tied) and Qwen3
 (qk-norm, untied); one HND-layout cache; consecutive launches (epochs) and K>1 greedy launches with stop ids;
-the loader's hold around hand-offs (a benchmark variant) leaves every result bit for bit unchanged.
+the loader's hold around hand-offs (a benchmark variant) leaves every result bit for bit unchanged; one attention
+split per KV head at short contexts (a benchmark variant) against the one-split schedule.
 """
 
 from __future__ import annotations
@@ -243,6 +244,44 @@ def test_consecutive_steps_and_multi_token(arch, head_dim):
     tok = mk.step(ids, torch.tensor([pos], device=DEV), bt, torch.tensor([slot], device=DEV))
     if int(tok.item()) != toks[0]:
         errors.append(f"step after K>1 launches gave {int(tok.item())}, expected {toks[0]}")
+    assert not errors, "\n".join(errors)
+
+
+@pytest.mark.parametrize("ctx", [1, 17, 200])
+@pytest.mark.parametrize("arch,head_dim,gqa", [("llama", 128, 4), ("qwen3", 64, 8)])
+def test_single_split_attention(arch, head_dim, gqa, ctx):
+    """attn_single_ctx (a benchmark variant): at contexts up to it, split 0 of each KV head covers the whole context
+    and writes attn_out itself (no partials, no combine). Every stage against the one-split schedule from the
+    kernel's own inputs, logits end to end against reference_step with one split; then launches at the next
+    positions in the default mode (sixteen splits) still match the reference: the counters stay consistent."""
+    w, caches, mk = _model(arch, head_dim, gqa, arch == "llama")
+    seed = ctx * 3 + gqa * 17 + head_dim
+    pos, slot, bt = _prepare(w, caches, ctx, seed)
+    token = (seed * 7919) % w.shape.vocab_size
+    ref_caches = [c.clone() for c in caches]
+    errors: list[str] = []
+    for t, table in enumerate((mk.variant_table(attn_single_ctx=256), None)):
+        p = pos + t
+        sl = int(bt[p // BS]) * BS + p % BS
+        _poison(mk, None)
+        tok = mk.step(torch.tensor([token], device=DEV), torch.tensor([p], device=DEV), bt,
+                      torch.tensor([sl], device=DEV), model_table=table)
+        torch.cuda.synchronize()
+        if mk.diagnostics() is not None:
+            errors.append(f"launch {t}: {mk.diagnostics()}")
+            mk.reset_counters()
+            break
+        splits = 1 if table is not None else mk.plan.num_splits
+        got = _buffers(mk)
+        exp = reference.expected_from_kernel(w, caches, got, mk.logits_scratch, token, p, bt, splits)
+        for i, (g, e) in enumerate(zip(got, exp["layers"])):
+            for n in BF16_NAMES:
+                _close(errors, f"launch {t} layer {i} {n}", g[n], e[n])
+        ref = reference.reference_step(w, ref_caches, token, p, sl, bt, splits)
+        rel = ((mk.logits_scratch.float() - ref["logits"].float()).norm() / ref["logits"].float().norm()).item()
+        if rel > 2e-2:
+            errors.append(f"launch {t}: logits relative error {rel:.2e} vs reference_step ({splits} splits)")
+        token = int(tok.item())
     assert not errors, "\n".join(errors)
 
 

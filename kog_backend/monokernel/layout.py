@@ -32,6 +32,7 @@ MODEL_FIELDS: tuple[tuple[str, str, int], ...] = (
     ("prefetch_chunks", "i", 1),
     ("stage_end_copies", "i", 1),
     ("attn_end_copies", "i", 1),
+    ("attn_single_ctx", "i", 1),
     ("stage_k", "i", NUM_STAGES),
     ("stage_n", "i", NUM_STAGES),
     ("stage_nu", "i", NUM_STAGES),
@@ -94,6 +95,7 @@ CONFIG: dict[str, int] = {
     "kStageEndCopies": 12,
     "kAttnEndCopies": 12,
     "kHandoffQueue": 16,
+    "kAttnSingleCtx": 0,
 }
 CONFIG_NAMES = tuple(CONFIG)
 

@@ -56,6 +56,8 @@ struct ModelArgs {
   int64_t stage_end_copies; // chunks the loader may issue past this block's last chunk of a stage before the block
                             // has signalled that stage (>= num_slots: no hold; handoff_hold.cuh)
   int64_t attn_end_copies;  // the same past its last QKV chunk until its attention split has published
+  int64_t attn_single_ctx;  // contexts up to this length take one attention split per KV head (0: never;
+                            // MonoConfig::kAttnSingleCtx)
   // Per stage (MonoConfig::kStage*): input length K, output units N (rows; gate/up pairs for GU), units per
   // chunk (power of two <= kConsumerWarps), number of chunks.
   int64_t stage_k[MonoConfig::kNumStages];

@@ -28,6 +28,7 @@ struct AttnTask {
   bool owner; // start <= pos < end: appends this token's K/V
   int bt_first;  // block-table entries [bt_first, bt_first + bt_count) are cached in shared memory
   int bt_count;  // -1: not cached, read the block table from global memory
+  bool single;   // one split per KV head: split 0 covers the context and writes the output (others are empty)
 };
 
 // Floats of shared memory attention_task uses (in the work region).
@@ -64,6 +65,13 @@ __device__ void attention_task(const ModelArgs& m, const LayerArgs& L, const Att
   const int64_t s_blk = m.kv_stride_block, s_pos = m.kv_stride_pos, s_head = m.kv_stride_head;
   const bf16* cs_row = m.cos_sin + static_cast<size_t>(pos) * D;
   const int kvh = task.kvh;
+  // Single-split mode: the empty splits only keep ctr_kv at S per token, so that the "last split combines" target
+  // (epoch + 1) x S holds whichever mode a later token runs in (no data is published through these adds; a later
+  // token's atomic on ctr_kv follows them in causality order through the layer's hand-offs).
+  if (task.single && task.split > 0) {
+    if (tid == 0) red_relaxed_add(counter(ctrs, ctr_kv), 1u);
+    return;
+  }
 
   float* qs = work;                 // [HP][D]    rotated q of this pass
   float* wm = qs + HP * D;          // [W][HP]    per-warp running max
@@ -218,6 +226,10 @@ __device__ void attention_task(const ModelArgs& m, const LayerArgs& L, const Att
         Ls = fmaf(c, wl[w * HP + i], Ls);
       }
       const int head = kvh * g + hb + i;
+      if (task.single) {  // the one partial is final: out = A / L, as combining it alone would give
+        reinterpret_cast<uint16_t*>(L.attn_out)[head * D + d] = f2bf_bits(A / Ls);
+        continue;
+      }
       L.attn_acc[(static_cast<size_t>(head) * S + task.split) * D + d] = A;
       if (d == 0) {
         L.attn_ml[(static_cast<size_t>(head) * S + task.split) * 2] = M;
@@ -227,6 +239,11 @@ __device__ void attention_task(const ModelArgs& m, const LayerArgs& L, const Att
     consumer_sync();
   }
 
+  if (task.single) {
+    if (tid == 0) red_relaxed_add(counter(ctrs, ctr_kv), 1u);
+    consumer_signal(ctrs, ctr_done, 1u);  // (its barrier orders every thread's attn_out stores before the release)
+    return;
+  }
   // Publish this split; the last of kv head h's S splits combines (its acquire covers the other splits' writes).
   if (tid == 0) {
     const uint32_t old = atom_acq_rel_add(counter(ctrs, ctr_kv), 1u);

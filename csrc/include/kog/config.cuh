@@ -41,6 +41,10 @@ struct MonoConfig {
   // Hand-offs the loader keeps armed: <= kMaxSlots + 1 stage ends (each but the one being signalled has a chunk in
   // the ring) and one attention split.
   static constexpr int kHandoffQueue = 16;
+  // Default of ModelArgs::attn_single_ctx: 0, every context takes num_splits splits per KV head. A benchmark
+  // variant: at ctx 32 the split publish and the combine's round trip exist only because 16 splits share 32
+  // positions (NOTES.md, 2026-12-03).
+  static constexpr int kAttnSingleCtx = 0;
 
   // GEMV: a warp's share of one row is a multiple of this many bf16 (32 lanes x 8 elements = one 16 B load each).
   static constexpr int kWarpStride = 32 * 8;
