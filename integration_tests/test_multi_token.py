@@ -12,7 +12,6 @@ import os
 import pytest
 
 from vllm_helpers import (
-    engine_kwargs,
     first_mismatch,
     kog_kwargs,
     kog_stats,
@@ -105,13 +104,15 @@ def _eos_child(queue, path, kwargs, prompt, max_tokens):
 
     llm = LLM(model=path, **kwargs)
     out = llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=max_tokens))[0].outputs[0]
-    stats = kog_stats(llm) if kwargs.get("worker_cls") else None
+    stats = kog_stats(llm)
     queue.put((list(out.token_ids), out.finish_reason, stats))
 
 
 def test_eos_mid_burst(engines, checkpoint, tmp_path):
-    """EOS (here: an id the model's generation config names, not ignored) ends a burst exactly where K = 1 and stock
-    end. Each engine of the EOS checkpoint runs in a spawned child, next to the module's engines."""
+    """EOS (here: an id the model's generation config names, not ignored) ends a K = 32 burst exactly where K = 1
+    ends (the module's oracle chain: stock's free-running greedy tokens may part from kog's at a bf16 near-tie of
+    the random weights, so stock is compared under teacher forcing in test_teacher_forcing.py, not here). Each
+    engine of the EOS checkpoint runs in a spawned child, next to the module's engines."""
     import json
 
     src = checkpoint(SHAPE)
@@ -126,16 +127,10 @@ def test_eos_mid_burst(engines, checkpoint, tmp_path):
     path = _with_eos(src, tmp_path / "eos", free[stop_at])
     want = free[: stop_at + 1]
     kw = dict(gpu_memory_utilization=0.06, max_model_len=1024)
-    runs = {
-        "stock": engine_kwargs(**kw),
-        "kog K=1": multi_kwargs(1, **kw),
-        "kog K=32": multi_kwargs(32, **kw),
-    }
-    for name, kwargs in runs.items():
-        got, reason, stats = run_in_spawned_child(_eos_child, path, kwargs, prompt, 64)
-        assert got == want and reason == "stop", (name, first_mismatch(got, want), reason)
-        if stats is not None:
-            assert stats["kog_steps"] > 0, (name, stats)
+    for k in (1, 32):
+        got, reason, stats = run_in_spawned_child(_eos_child, path, multi_kwargs(k, **kw), prompt, 64)
+        assert got == want and reason == "stop", (k, first_mismatch(got, want), reason)
+        assert stats["kog_steps"] > 0 and (k == 1 or stats["kog_tokens"] > stats["kog_steps"]), (k, stats)
 
 
 def _staggered_child(queue, path, kwargs, prompts, max_tokens, first_tokens_before_second):
