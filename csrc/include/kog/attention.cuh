@@ -31,6 +31,10 @@ struct AttnTask {
   bool single;   // one split per KV head: split 0 covers the context and writes the output (others are empty)
 };
 
+// Whether this block runs an attention split (kv head b / S, split b % S of nkv x S tasks): the consumers run it,
+// and the loader's hand-off hold waits for its publish, so both must agree.
+__device__ __forceinline__ bool has_attn_task(int nkv, int S) { return static_cast<int>(blockIdx.x) < nkv * S; }
+
 // Floats of shared memory attention_task uses (in the work region).
 __host__ __device__ constexpr int attn_work_floats(int D) {
   return MonoConfig::kHeadsPerPass * D + 2 * MonoConfig::kConsumerWarps * MonoConfig::kHeadsPerPass +

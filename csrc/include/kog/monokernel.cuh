@@ -114,7 +114,7 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
   const uint64_t policy = l2_evict_first_policy();
   const int ns = static_cast<int>(m.num_slots);
   const int hold_stage = static_cast<int>(m.stage_end_copies), hold_attn = static_cast<int>(m.attn_end_copies);
-  const bool has_task = static_cast<int>(blockIdx.x) < static_cast<int>(m.num_kv_heads * m.num_splits);
+  const bool has_task = has_attn_task(static_cast<int>(m.num_kv_heads), static_cast<int>(m.num_splits));
   const bool holding = hold_stage < ns || (has_task && hold_attn < ns);
   const int L = static_cast<int>(m.num_layers);
   HandoffHold hh;
@@ -264,9 +264,16 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
   Ring ring{ring_base, static_cast<int>(m.num_slots), 0, 0u, 0};
   int base = 0;
   const int64_t pos0 = step.positions[0];
-  const bool has_task = b < nkv * S;
+  const bool has_task = has_attn_task(nkv, S);
 
   const Tracer tr(m);
+  // After a hand-off's release: its schedule position for the loader's hold (handoff_hold.cuh), its timeline mark.
+  auto handed_off = [&](int t, int l, int st, int ev) {
+    if (tid == 0) {
+      hdr.released = hand_off_seq(t, l, st, L);
+      tr.mark(t, l, ev);
+    }
+  };
   // Tensor parallelism (tp.cuh; a separate instantiation, so the TP=1 kernel carries none of it): W ranks; the
   // o / down counters then count every rank's chunks.
   constexpr bool tp = kTP;
@@ -342,10 +349,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
           consume_stage<false>(m, hdr, ring, x_s, C::kStageQKV, c0,
                                [=](int r, int, float v, float) { st_bf16(qkv_out, r, v); }, tr, t, l, kEvQkvLanded);
           consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageQKV), static_cast<uint32_t>(mine));
-          if (tid == 0) {
-            hdr.released = hand_off_seq(t, l, C::kStageQKV, L);
-            tr.mark(t, l, kEvQkvDone);
-          }
+          handed_off(t, l, C::kStageQKV, kEvQkvDone);
         }
         base = (base + static_cast<int>(n_qkv)) % G;
       }
@@ -356,10 +360,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
         attention_task<D>(m, La, task, pos, slot, step.block_table, step.block_table_len, hdr.bt, work, hdr.bcast,
                           ctrs, layer_counter_index(l, nkv, kCtrAttnKV + task.kvh),
                           layer_counter_index(l, nkv, kCtrAttnDone), e);
-        if (tid == 0) {
-          hdr.released = hand_off_seq(t, l, kHandoffAttn, L);
-          tr.mark(t, l, kEvAttnDone);
-        }
+        handed_off(t, l, kHandoffAttn, kEvAttnDone);
       }
 
       {  // O projection + residual
@@ -399,10 +400,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
           } else {
             consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageO), static_cast<uint32_t>(mine));
           }
-          if (tid == 0) {
-            hdr.released = hand_off_seq(t, l, C::kStageO, L);
-            tr.mark(t, l, kEvODone);
-          }
+          handed_off(t, l, C::kStageO, kEvODone);
         }
         base = (base + static_cast<int>(n_o)) % G;
       }
@@ -422,10 +420,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
             st_bf16(act, r, __fmul_rn(__fdiv_rn(gt, 1.f + expf(-gt)), up));
           }, tr, t, l, kEvGuLanded);
           consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageGU), static_cast<uint32_t>(mine));
-          if (tid == 0) {
-            hdr.released = hand_off_seq(t, l, C::kStageGU, L);
-            tr.mark(t, l, kEvGuDone);
-          }
+          handed_off(t, l, C::kStageGU, kEvGuDone);
         }
         base = (base + static_cast<int>(n_gu)) % G;
       }
@@ -463,10 +458,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
           } else {
             consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageDown), static_cast<uint32_t>(mine));
           }
-          if (tid == 0) {
-            hdr.released = hand_off_seq(t, l, C::kStageDown, L);
-            tr.mark(t, l, kEvDownDone);
-          }
+          handed_off(t, l, C::kStageDown, kEvDownDone);
         }
         base = (base + static_cast<int>(n_down)) % G;
       }
