@@ -125,13 +125,16 @@ exercise() {
     step "$name: kog stats (no kog worker)" 30 "kog stats | tee /dev/stderr | grep -q 'no kog counters'"
   else
     step "$name: kog stats" 30 "kog stats"
-  fi
-  if [ "$expect_kog" != 0 ]; then
-    step "$name: check kog steps > 0" 30 "kog stats --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d and max(s[\"kog_steps\"] for s in d.values()) > 0, d'"
+    check_kog_steps "$name"
   fi
   if [ "$expect_kog" = multi ]; then
     check_multi "$name"
   fi
+}
+
+# Steps ran on the kog path (kog stats of the current KOG_STATE_DIR).
+check_kog_steps() {
+  step "$1: check kog steps > 0" 30 "kog stats --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d and max(s[\"kog_steps\"] for s in d.values()) > 0, d'"
 }
 
 # The kog path generated several tokens per step (K > 1 took effect): kog tokens > kog steps.
@@ -194,7 +197,7 @@ phase_latency() {
   export KOG_STATE_DIR="$WORK/state-latency"
   rm -rf "$KOG_STATE_DIR"
   step "vllm bench latency (kog)" 600 "vllm bench latency --model \"\$CKPT\" --batch-size 1 --input-len 32 --output-len 512 --num-iters-warmup 2 --num-iters 5 --worker-cls kog_backend.worker.KogWorker --additional-config '{\"kog\": {}}' --scheduler-cls kog_backend.scheduler.KogScheduler --no-async-scheduling --output-json $OUT/latency-kog.json"
-  step "vllm bench latency (kog): check kog steps > 0" 30 "kog stats --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d and max(s[\"kog_steps\"] for s in d.values()) > 0, d'"
+  check_kog_steps "vllm bench latency (kog)"
   check_multi "vllm bench latency (kog)"
   unset KOG_STATE_DIR
   step "vllm bench latency (stock)" 600 "vllm bench latency --model \"\$CKPT\" --batch-size 1 --input-len 32 --output-len 512 --num-iters-warmup 2 --num-iters 5 --output-json $OUT/latency-stock.json"
@@ -227,7 +230,7 @@ phase_patch() {
   stop_server
   rm -rf "$KOG_STATE_DIR"
   step "vllm bench latency --execution-backend kog" 600 "vllm bench latency --model \"\$CKPT\" --batch-size 1 --input-len 32 --output-len 512 --num-iters-warmup 2 --num-iters 5 --execution-backend kog"
-  step "vllm bench latency --execution-backend kog: check kog steps > 0" 30 "kog stats --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d and max(s[\"kog_steps\"] for s in d.values()) > 0, d'"
+  check_kog_steps "vllm bench latency --execution-backend kog"
   unset KOG_STATE_DIR
   step "kog patch-vllm --revert" 120 "kog patch-vllm --revert"
 }

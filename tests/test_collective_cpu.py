@@ -441,7 +441,6 @@ def test_communicator_routes_by_reason(monkeypatch):
     assert kc._max_tokens_from_config() == 1
 
 
-
 def _fake_mps_control(tmp_path, monkeypatch, on_start: str):
     """Puts a fake nvidia-cuda-mps-control first on PATH: `-d` appends "start" to tmp_path/calls and runs on_start
     (shell); any other call reads one command from stdin, appends it, and marks tmp_path/quit. Returns the calls file."""
