@@ -17,7 +17,15 @@ export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 
 step() { printf '\n== setup: %s (%s)\n' "$*" "$(date +%T)"; }
 
+# A fresh install takes ~8 GiB in the venv (torch's CUDA 13 libraries ~4.5, vLLM and its kernels ~3) plus pip's
+# download cache; a full disk otherwise surfaces mid-install as pip's "[Errno 28] No space left on device".
 if [ ! -x "$VENV/bin/python" ]; then
+  mkdir -p "$(dirname "$VENV")"
+  free_kib=$(df -Pk "$(dirname "$VENV")" | awk 'NR==2 {print $4}')
+  if [ "${free_kib:-0}" -lt $((12 * 1024 * 1024)) ]; then
+    echo "setup: warning: $((free_kib / 1024 / 1024)) GiB free under $(dirname "$VENV"); a fresh install needs ~12 GiB" \
+         "(8 in the venv, the rest pip's cache; PIP_NO_CACHE_DIR=1 saves the cache)" >&2
+  fi
   step "creating $VENV with $("$PYTHON" --version 2>&1)"
   "$PYTHON" -m venv "$VENV"
 fi
