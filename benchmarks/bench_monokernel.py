@@ -10,7 +10,9 @@ timed one by one with CUDA events (the weights are >= 2.5 GB, 40x the L2, so not
 Variants (Llama-3.2-1B, ctx 32) say where the time goes: the LM head cut to one chunk, half the layers, a
 shallower weight ring, no / deeper L2 prefetch beyond the ring; --hold 1:12,12:1,1:1 times the loader's hold around
 hand-offs (ModelArgs::stage_end_copies:attn_end_copies, csrc/include/kog/handoff_hold.cuh) on every shape, and
---single-ctx 256 one attention split per KV head at short contexts (ModelArgs::attn_single_ctx). --trace prints a typical layer's timeline
+--single-ctx 256 one attention split per KV head at short contexts (ModelArgs::attn_single_ctx), --prefetch 3,6 a
+constant L2 lead beyond the ring and --stall-prefetch 2,4,8 the L2 prefetch while the loader waits for a slot
+(ModelArgs::prefetch_chunks / stall_prefetch_chunks). --trace prints a typical layer's timeline
 (Monokernel.trace_table, kog_backend/monokernel/timeline.py). Prints a table last; writes JSON to $OUT/bench_monokernel.json when $OUT is set.
 
   python benchmarks/bench_monokernel.py [--shapes llama-3.2-1b,...] [--ctx 32,1024,4096] [--reps 50]
@@ -69,7 +71,8 @@ def time_steps(fn, reps: int, warmup: int = 5) -> float:
 
 
 def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, variants: bool,
-                trace: bool = False, holds: tuple[tuple[int, int], ...] = (), single_ctx: int = 0) -> list[dict]:
+                trace: bool = False, holds: tuple[tuple[int, int], ...] = (), single_ctx: int = 0,
+                prefetch: tuple[int, ...] = (), stall_prefetch: tuple[int, ...] = ()) -> list[dict]:
     s = synthetic.make_shape(*synthetic.SHAPES[name], max_position=max(ctxs) + 64)
     w = synthetic.random_decoder(s, dev, seed=1)
     max_ctx = max(ctxs)
@@ -122,6 +125,10 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
         }  # fmt: skip
     for h, a in holds:  # ModelArgs::stage_end_copies / attn_end_copies: the loader's hold (handoff_hold.cuh)
         cases[f"hold {h}:{a}"] = (dict(stage_end_copies=h, attn_end_copies=a), wbytes)
+    for n in prefetch:  # ModelArgs::prefetch_chunks: a constant lead of n chunks into L2 beyond the ring
+        cases[f"L2 lead {n}"] = (dict(prefetch_chunks=n), wbytes)
+    for n in stall_prefetch:  # ModelArgs::stall_prefetch_chunks: up to n chunks into L2 while waiting for a slot
+        cases[f"L2 on stall {n}"] = (dict(stall_prefetch_chunks=n), wbytes)
     if single_ctx:  # ModelArgs::attn_single_ctx: one attention split per KV head up to this context
         cases[f"1 split <= ctx {single_ctx}"] = (dict(attn_single_ctx=single_ctx), wbytes)
         for h, a in holds:
@@ -154,6 +161,10 @@ def parse_holds(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+def parse_ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="llama-3.2-1b,qwen3-1.7b,llama-3.1-8b")
@@ -165,6 +176,10 @@ def main() -> int:
                     "contexts up to this (ModelArgs::attn_single_ctx), alone and with each --hold pair")
     ap.add_argument("--hold", default="", help="comma-separated S:A pairs (stage_end_copies:attn_end_copies; 12 = no "
                     "hold) timed as variants of every shape at the first ctx, e.g. 1:12,12:1,1:1 (default: none)")
+    ap.add_argument("--prefetch", default="", help="comma-separated constant L2 leads (chunks beyond the ring, "
+                    "ModelArgs::prefetch_chunks) timed as variants of every shape at the first ctx")
+    ap.add_argument("--stall-prefetch", default="", help="comma-separated chunk budgets of the L2 prefetch while the "
+                    "loader waits for a slot (ModelArgs::stall_prefetch_chunks), timed likewise")
     args = ap.parse_args()
     dev = torch.device("cuda", 0)
     ctxs = [int(x) for x in args.ctx.split(",")]
@@ -174,7 +189,8 @@ def main() -> int:
     for name in args.shapes.split(","):
         shape_rows = bench_shape(name, ctxs, args.reps, copy_gbs, dev,
                                  variants=not args.no_variants and name == "llama-3.2-1b", trace=args.trace,
-                                 holds=parse_holds(args.hold), single_ctx=args.single_ctx)
+                                 holds=parse_holds(args.hold), single_ctx=args.single_ctx,
+                                 prefetch=parse_ints(args.prefetch), stall_prefetch=parse_ints(args.stall_prefetch))
         rows += shape_rows
         for r in shape_rows:
             print(f"  {r['shape']} {r['variant']} ctx {r['ctx']}: {r['us']:.1f} us", flush=True)

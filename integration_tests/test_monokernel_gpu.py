@@ -285,17 +285,27 @@ def test_single_split_attention(arch, head_dim, gqa, ctx):
     assert not errors, "\n".join(errors)
 
 
-@pytest.mark.parametrize("stage,attn", [(0, 12), (1, 12), (12, 0), (12, 2), (1, 1), (3, 0)])
-def test_handoff_hold_changes_timing_only(stage, attn):
-    """The loader's hold around hand-offs (ModelArgs::stage_end_copies / attn_end_copies < num_slots, a benchmark
-    variant) changes when weights stream, not what is computed: a K=4 launch with it gives the default launch's
-    tokens, logits and caches bit for bit, and no wait times out (the hold cannot deadlock)."""
+_LOADER_VARIANTS = {
+    **{f"hold_{s}_{a}": dict(stage_end_copies=s, attn_end_copies=a)
+       for s, a in [(0, 12), (1, 12), (12, 0), (12, 2), (1, 1), (3, 0)]},
+    **{f"stall_prefetch_{n}": dict(stall_prefetch_chunks=n) for n in (1, 4, 64)},
+    "stall_prefetch_4_hold_1_1": dict(stall_prefetch_chunks=4, stage_end_copies=1, attn_end_copies=1),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("variant", list(_LOADER_VARIANTS))
+def test_loader_variants_change_timing_only(variant):
+    """The loader's benchmark variants change when weights stream, not what is computed: the hold around hand-offs
+    (ModelArgs::stage_end_copies / attn_end_copies < num_slots) and the L2 prefetch while waiting for a slot
+    (stall_prefetch_chunks; 64 runs past the end of the launch's schedule). A K=4 launch with one gives the default
+    launch's tokens, logits and caches bit for bit, and no wait times out (the hold cannot deadlock)."""
+    overrides = _LOADER_VARIANTS[variant]
     w, caches, mk = _model("llama", 128, 4, True)
     pos, slot, bt = _prepare(w, caches, 100, 13)
     init = [c.clone() for c in caches]
     ids, p, sl = torch.tensor([77], device=DEV), torch.tensor([pos], device=DEV), torch.tensor([slot], device=DEV)
     results = []
-    for table in (None, mk.variant_table(stage_end_copies=stage, attn_end_copies=attn)):
+    for table in (None, mk.variant_table(**overrides)):
         for c, c0 in zip(caches, init):
             c.copy_(c0)
         logits = torch.full((4, mk.logical_vocab), math.nan, dtype=torch.bfloat16, device=DEV)

@@ -235,6 +235,7 @@ class Monokernel:
             "stage_end_copies": layout.CONFIG["kStageEndCopies"],
             "attn_end_copies": layout.CONFIG["kAttnEndCopies"],
             "attn_single_ctx": layout.CONFIG["kAttnSingleCtx"],
+            "stall_prefetch_chunks": layout.CONFIG["kStallPrefetchChunks"],
             "stage_k": [p.k for p in plan.stages], "stage_n": [p.n for p in plan.stages],
             "stage_nu": [p.nu for p in plan.stages], "stage_chunks": [p.chunks for p in plan.stages],
             "kv_stride_block": kv0.stride(0), "kv_stride_pos": kv0.stride(2), "kv_stride_head": kv0.stride(1),

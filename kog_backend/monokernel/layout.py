@@ -33,6 +33,7 @@ MODEL_FIELDS: tuple[tuple[str, str, int], ...] = (
     ("stage_end_copies", "i", 1),
     ("attn_end_copies", "i", 1),
     ("attn_single_ctx", "i", 1),
+    ("stall_prefetch_chunks", "i", 1),
     ("stage_k", "i", NUM_STAGES),
     ("stage_n", "i", NUM_STAGES),
     ("stage_nu", "i", NUM_STAGES),
@@ -96,6 +97,7 @@ CONFIG: dict[str, int] = {
     "kAttnEndCopies": 12,
     "kHandoffQueue": 16,
     "kAttnSingleCtx": 0,
+    "kStallPrefetchChunks": 0,
 }
 CONFIG_NAMES = tuple(CONFIG)
 

@@ -58,6 +58,8 @@ struct ModelArgs {
   int64_t attn_end_copies;  // the same past its last QKV chunk until its attention split has published
   int64_t attn_single_ctx;  // contexts up to this length take one attention split per KV head (0: never;
                             // MonoConfig::kAttnSingleCtx)
+  int64_t stall_prefetch_chunks;  // chunks the loader moves into L2 beyond the ring while it waits for a slot
+                                  // (0: none; MonoConfig::kStallPrefetchChunks; used only with prefetch_chunks 0)
   // Per stage (MonoConfig::kStage*): input length K, output units N (rows; gate/up pairs for GU), units per
   // chunk (power of two <= kConsumerWarps), number of chunks.
   int64_t stage_k[MonoConfig::kNumStages];

@@ -45,6 +45,12 @@ struct MonoConfig {
   // variant: at ctx 32 the split publish and the combine's round trip exist only because 16 splits share 32
   // positions (NOTES.md, 2026-12-03).
   static constexpr int kAttnSingleCtx = 0;
+  // Default of ModelArgs::stall_prefetch_chunks: 0, none. A benchmark variant: while the loader waits for a slot
+  // (its ring full behind a dependency wait: the QKV -> attention -> O chain leaves an SM's HBM share idle for
+  // ~3-6 us per 1B layer, NOTES.md 2026-12-03), it sends up to this many of its next chunks towards L2 (the chunk
+  // it waits to copy first), so the copies after the wait hit L2. Unlike kPrefetchChunks' constant lead it adds
+  // no request while the ring streams.
+  static constexpr int kStallPrefetchChunks = 0;
 
   // GEMV: a warp's share of one row is a multiple of this many bf16 (32 lanes x 8 elements = one 16 B load each).
   static constexpr int kWarpStride = 32 * 8;
@@ -86,6 +92,8 @@ static_assert(MonoConfig::kMaxHidden == 8192, "norm register budget");
 static_assert(MonoConfig::kHandoffQueue >= MonoConfig::kMaxSlots + 2 &&
                   (MonoConfig::kHandoffQueue & (MonoConfig::kHandoffQueue - 1)) == 0,
               "the loader's hand-off queue holds every armed hand-off and wraps by a mask");
+static_assert(MonoConfig::kStallPrefetchChunks == 0 || MonoConfig::kPrefetchChunks == 0,
+              "the constant L2 lead and the stall-time one share the loader's prefetch cursor");
 static_assert(MonoConfig::kHeadsPerPass == 4 && MonoConfig::kAttnUnroll >= 1, "attention register budget");
 
 }  // namespace kog

@@ -106,7 +106,9 @@ struct ChunkCursor {
 };
 
 // Streams the block's chunks into the ring; also keeps `prefetch_chunks` further chunks on their way into L2
-// (cp.async.bulk.prefetch.L2), so HBM keeps streaming while the consumers wait on a dependency and the ring is full.
+// (cp.async.bulk.prefetch.L2), so HBM keeps streaming while the consumers wait on a dependency and the ring is full,
+// or (`stall_prefetch_chunks`, with prefetch_chunks 0) sends its next chunks towards L2 only while it waits for a
+// slot: the cursor `pref` is then `lead` chunks past `fill` (lead 0: the chunk fill is about to copy).
 // With stage_end_copies / attn_end_copies below num_slots it holds around the block's hand-offs (handoff_hold.cuh).
 // No deadlock: a loader held at a hand-off has issued every chunk up to it, so the earliest hand-off not yet made
 // anywhere has all its chunks in its ring and, by induction over the schedule, all its inputs on their way.
@@ -120,6 +122,8 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
   HandoffHold hh;
   int issued = 0;
   const int ahead = static_cast<int>(m.prefetch_chunks);
+  const int stall_ahead = ahead > 0 ? 0 : static_cast<int>(m.stall_prefetch_chunks);
+  int lead = 0;
   const int ntok = step.num_tokens;
   int slot = 0, cur_t = 0, mark_t = -1, mark_l = -1;
   uint32_t phase = 0;
@@ -158,6 +162,15 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
       mark_l = fill.l;
     }
     if (holding && !hh.before_issue(hdr.released, issued, ctrs)) return;
+    if (stall_ahead > 0) {  // the slot still being read: the ring is full, HBM idles for this SM
+      while (lead < stall_ahead && !pref.done && !mbar_test_wait(&hdr.empty[slot], phase ^ 1u)) {
+        const Chunk pc = pref.chunk(geo);
+        bulk_prefetch_l2(pc.src0, pc.bytes0);
+        if (pc.bytes1 != 0) bulk_prefetch_l2(pc.src1, pc.bytes1);
+        pref.advance(m, geo, ntok);
+        ++lead;
+      }
+    }
     mbar_wait(&hdr.empty[slot], phase ^ 1u, ctrs, kSiteEmpty);
 #ifdef KOG_BENCH_NO_COPY  // diagnostics build: slots are marked full without copying (timing only, wrong results)
     mbar_arrive(&hdr.full[slot]);
@@ -180,6 +193,13 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
       }
     }
     fill.advance(m, geo, ntok);
+    if (stall_ahead > 0) {  // keep pref = fill + lead: the chunk just copied was prefetched, or pref moves with it
+      if (lead > 0) {
+        --lead;
+      } else {
+        pref.advance(m, geo, ntok);
+      }
+    }
     if (ahead > 0 && !pref.done) {  // (ahead 0: no prefetch at all, not one of the chunk just copied)
       const Chunk pc = pref.chunk(geo);
       bulk_prefetch_l2(pc.src0, pc.bytes0);

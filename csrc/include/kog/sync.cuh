@@ -175,6 +175,16 @@ __device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
   return done != 0;
 }
+// Non-blocking probe of the same phase (try_wait may suspend the thread for a while; test_wait returns at once).
+__device__ __forceinline__ bool mbar_test_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+      : "=r"(done)
+      : "r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
 // Waits for the phase of `bar` with this parity to complete (gives up after kWaitTimeoutCycles, see above).
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity, uint32_t* ctrs, uint32_t site) {
   if (mbar_try_wait(bar, parity)) return;
