@@ -98,6 +98,7 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
         byt = wbytes + ctx * kv_row
         rows.append(dict(shape=name, variant="full", ctx=ctx, us=t * 1e6, gbs=byt / t / 1e9,
                          share=byt / t / 1e9 / copy_gbs, weight_gb=wbytes / 1e9, floor_us=byt / (copy_gbs * 1e9) * 1e6))  # fmt: skip
+        print(f"  .. {name} full ctx {ctx}: {t * 1e6:.1f} us", flush=True)
         diag = mk.diagnostics()
         if diag:
             print(f"!! {name} ctx {ctx}: {diag}", flush=True)
@@ -143,6 +144,7 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
             byt += ctx * kv_row * (ov.get("num_layers", s.num_layers) / s.num_layers)
             rows.append(dict(shape=name, variant=vname, ctx=ctx, us=t * 1e6, gbs=byt / t / 1e9,
                              share=byt / t / 1e9 / copy_gbs, weight_gb=byt / 1e9, floor_us=byt / (copy_gbs * 1e9) * 1e6))  # fmt: skip
+            print(f"  .. {name} {vname} ctx {ctx}: {t * 1e6:.1f} us", flush=True)
             diag = mk.diagnostics()
             if diag:
                 print(f"!! {name} {vname}: {diag}", flush=True)
