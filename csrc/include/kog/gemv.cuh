@@ -100,7 +100,13 @@ __device__ __forceinline__ void gemv_chunk(const bf16* w_s, const bf16* x_s, int
       r[warp] = a0;
       r[W + warp] = a1;
     }
-    consumer_sync();
+    // Only the unit's own warps read these partials (and the next chunk's go to the other parity), so with
+    // kUnitBarrier they alone wait for each other; warps of other units run on, at most a ring ahead.
+    if constexpr (MonoConfig::kUnitBarrier) {
+      unit_sync(unit, wpu);
+    } else {
+      consumer_sync();
+    }
     if (part == 0 && lane == 0 && unit < nvalid) {
       a0 = 0.f;
       a1 = 0.f;
