@@ -12,7 +12,8 @@ shallower weight ring, no / deeper L2 prefetch beyond the ring; --hold 1:12,12:1
 hand-offs (ModelArgs::stage_end_copies:attn_end_copies, csrc/include/kog/handoff_hold.cuh) on every shape, and
 --single-ctx 256 one attention split per KV head at short contexts (ModelArgs::attn_single_ctx), --prefetch 3,6 a
 constant L2 lead beyond the ring and --stall-prefetch 2,4,8 the L2 prefetch while the loader waits for a slot
-(ModelArgs::prefetch_chunks / stall_prefetch_chunks). --trace prints a typical layer's timeline
+(ModelArgs::prefetch_chunks / stall_prefetch_chunks), --tagged 1 the gate/up -> down hand-off through tagged
+words (ModelArgs::tagged_handoffs). --trace prints a typical layer's timeline
 (Monokernel.trace_table, kog_backend/monokernel/timeline.py). Prints a table last; writes JSON to $OUT/bench_monokernel.json when $OUT is set.
 
   python benchmarks/bench_monokernel.py [--shapes llama-3.2-1b,...] [--ctx 32,1024,4096] [--reps 50]
@@ -72,7 +73,7 @@ def time_steps(fn, reps: int, warmup: int = 5) -> float:
 
 def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, variants: bool,
                 trace: bool = False, holds: tuple[tuple[int, int], ...] = (), single_ctx: int = 0,
-                prefetch: tuple[int, ...] = (), stall_prefetch: tuple[int, ...] = ()) -> list[dict]:
+                prefetch: tuple[int, ...] = (), stall_prefetch: tuple[int, ...] = (), tagged: int = 0) -> list[dict]:
     s = synthetic.make_shape(*synthetic.SHAPES[name], max_position=max(ctxs) + 64)
     w = synthetic.random_decoder(s, dev, seed=1)
     max_ctx = max(ctxs)
@@ -130,6 +131,10 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
         cases[f"L2 lead {n}"] = (dict(prefetch_chunks=n), wbytes)
     for n in stall_prefetch:  # ModelArgs::stall_prefetch_chunks: up to n chunks into L2 while waiting for a slot
         cases[f"L2 on stall {n}"] = (dict(stall_prefetch_chunks=n), wbytes)
+    if tagged:  # ModelArgs::tagged_handoffs: gate/up -> down through tagged words (csrc/include/kog/tagged.cuh)
+        cases[f"tagged {tagged}"] = (dict(tagged_handoffs=tagged), wbytes)
+        for n in stall_prefetch:
+            cases[f"tagged {tagged}, L2 on stall {n}"] = (dict(tagged_handoffs=tagged, stall_prefetch_chunks=n), wbytes)
     if single_ctx:  # ModelArgs::attn_single_ctx: one attention split per KV head up to this context
         cases[f"1 split <= ctx {single_ctx}"] = (dict(attn_single_ctx=single_ctx), wbytes)
         for h, a in holds:
@@ -182,6 +187,8 @@ def main() -> int:
                     "ModelArgs::prefetch_chunks) timed as variants of every shape at the first ctx")
     ap.add_argument("--stall-prefetch", default="", help="comma-separated chunk budgets of the L2 prefetch while the "
                     "loader waits for a slot (ModelArgs::stall_prefetch_chunks), timed likewise")
+    ap.add_argument("--tagged", type=int, default=0, help="bits of ModelArgs::tagged_handoffs (1: gate/up -> down "
+                    "through tagged words), timed alone and with each --stall-prefetch budget")
     args = ap.parse_args()
     dev = torch.device("cuda", 0)
     ctxs = [int(x) for x in args.ctx.split(",")]
@@ -192,7 +199,8 @@ def main() -> int:
         shape_rows = bench_shape(name, ctxs, args.reps, copy_gbs, dev,
                                  variants=not args.no_variants and name == "llama-3.2-1b", trace=args.trace,
                                  holds=parse_holds(args.hold), single_ctx=args.single_ctx,
-                                 prefetch=parse_ints(args.prefetch), stall_prefetch=parse_ints(args.stall_prefetch))
+                                 prefetch=parse_ints(args.prefetch), stall_prefetch=parse_ints(args.stall_prefetch),
+                                 tagged=args.tagged)
         rows += shape_rows
         for r in shape_rows:
             print(f"  {r['shape']} {r['variant']} ctx {r['ctx']}: {r['us']:.1f} us", flush=True)

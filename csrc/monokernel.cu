@@ -159,12 +159,13 @@ std::vector<int64_t> monokernel_layout() {
   KOG_OFF(ModelArgs, block_size); KOG_OFF(ModelArgs, num_splits); KOG_OFF(ModelArgs, grid);
   KOG_OFF(ModelArgs, num_slots); KOG_OFF(ModelArgs, qk_norm); KOG_OFF(ModelArgs, max_position);
   KOG_OFF(ModelArgs, work_bytes); KOG_OFF(ModelArgs, prefetch_chunks); KOG_OFF(ModelArgs, stage_end_copies); KOG_OFF(ModelArgs, attn_end_copies); KOG_OFF(ModelArgs, attn_single_ctx);
-  KOG_OFF(ModelArgs, stall_prefetch_chunks); KOG_OFF(ModelArgs, stage_k); KOG_OFF(ModelArgs, stage_n);
+  KOG_OFF(ModelArgs, stall_prefetch_chunks); KOG_OFF(ModelArgs, tagged_handoffs); KOG_OFF(ModelArgs, stage_k); KOG_OFF(ModelArgs, stage_n);
   KOG_OFF(ModelArgs, stage_nu); KOG_OFF(ModelArgs, stage_chunks); KOG_OFF(ModelArgs, kv_stride_block);
   KOG_OFF(ModelArgs, kv_stride_pos); KOG_OFF(ModelArgs, kv_stride_head); KOG_OFF(ModelArgs, rms_eps);
   KOG_OFF(ModelArgs, attn_scale_log2); KOG_OFF(ModelArgs, embed); KOG_OFF(ModelArgs, final_norm);
   KOG_OFF(ModelArgs, lm_head); KOG_OFF(ModelArgs, cos_sin); KOG_OFF(ModelArgs, layers);
   KOG_OFF(ModelArgs, counters); KOG_OFF(ModelArgs, argmax_slots); KOG_OFF(ModelArgs, logits_scratch);
+  KOG_OFF(ModelArgs, act_tagged);
   KOG_OFF(ModelArgs, trace); KOG_OFF(ModelArgs, tp_size); KOG_OFF(ModelArgs, tp_rank); KOG_OFF(ModelArgs, vocab_start);
   KOG_OFF(ModelArgs, tp_parts); KOG_OFF(ModelArgs, tp_keys); KOG_OFF(ModelArgs, tp_delta);
   KOG_OFF(LayerArgs, input_norm); KOG_OFF(LayerArgs, qkv); KOG_OFF(LayerArgs, q_norm); KOG_OFF(LayerArgs, k_norm);
@@ -186,7 +187,8 @@ std::vector<int64_t> monokernel_config() {
           C::kCounterStride, C::kVersion,
           attn_work_floats(64), attn_work_floats(128), kCtrLayerBase, layer_counter_count(0),
           kTraceEvents,      C::kMaxTP,         kCtrTpLM,         C::kStageEndCopies, C::kAttnEndCopies,
-          C::kHandoffQueue,  C::kAttnSingleCtx,  C::kStallPrefetchChunks};
+          C::kHandoffQueue,  C::kAttnSingleCtx,  C::kStallPrefetchChunks,
+          C::kTaggedHandoffs, C::kTaggedBatch,     C::kTaggedBuild};
 }
 
 }  // namespace kog

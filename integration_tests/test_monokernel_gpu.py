@@ -39,6 +39,13 @@ NUM_BLOCKS = MAX_CTX // BS + 64
 BF16_NAMES = ("qkv_out", "q_out", "attn_out", "o_out", "rmid", "act", "down_out", "rin_next")
 
 
+def _config(name: str) -> int:
+    """MonoConfig constant `name` of the loaded extension (layout.CONFIG's order)."""
+    from kog_backend.monokernel import layout
+
+    return int(list(torch.ops.kog.monokernel_config())[list(layout.CONFIG).index(name)])
+
+
 def _shape(arch, head_dim, gqa, tied, layers=2):
     heads = 2048 // head_dim
     return synthetic.make_shape(arch, layers, 1536, heads, heads // gqa, head_dim, 3072, 32003, tied, MAX_CTX + 64)
@@ -290,16 +297,21 @@ _LOADER_VARIANTS = {
        for s, a in [(0, 12), (1, 12), (12, 0), (12, 2), (1, 1), (3, 0)]},
     **{f"stall_prefetch_{n}": dict(stall_prefetch_chunks=n) for n in (1, 4, 64)},
     "stall_prefetch_4_hold_1_1": dict(stall_prefetch_chunks=4, stage_end_copies=1, attn_end_copies=1),
+    "tagged_gate_up": dict(tagged_handoffs=1),
+    "tagged_gate_up_stall_prefetch_4": dict(tagged_handoffs=1, stall_prefetch_chunks=4),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("variant", list(_LOADER_VARIANTS))
 def test_loader_variants_change_timing_only(variant):
-    """The loader's benchmark variants change when weights stream, not what is computed: the hold around hand-offs
-    (ModelArgs::stage_end_copies / attn_end_copies < num_slots) and the L2 prefetch while waiting for a slot
-    (stall_prefetch_chunks; 64 runs past the end of the launch's schedule). A K=4 launch with one gives the default
-    launch's tokens, logits and caches bit for bit, and no wait times out (the hold cannot deadlock)."""
+    """The schedule's benchmark variants change when data moves, not what is computed: the loader's hold around
+    hand-offs (ModelArgs::stage_end_copies / attn_end_copies < num_slots), its L2 prefetch while waiting for a slot
+    (stall_prefetch_chunks; 64 runs past the end of the launch's schedule) and the gate/up -> down hand-off through
+    tagged words (tagged_handoffs). A K=4 launch with one gives the default launch's tokens, logits and caches bit
+    for bit, and no wait times out (the hold cannot deadlock; a tagged wait does not outlive its token)."""
     overrides = _LOADER_VARIANTS[variant]
+    if overrides.get("tagged_handoffs") and not _config("kTaggedBuild"):
+        pytest.skip("tagged hand-offs exist only in a build with KOG_NVCC_FLAGS=-DKOG_TAGGED_HANDOFFS=1")
     w, caches, mk = _model("llama", 128, 4, True)
     pos, slot, bt = _prepare(w, caches, 100, 13)
     init = [c.clone() for c in caches]

@@ -184,6 +184,9 @@ class Monokernel:
         self.scratch = torch.empty(L * per_layer, dtype=torch.bfloat16, device=device)
         self.partials = torch.empty(L * (nh * S * 2 + nh * S * D), dtype=torch.float32, device=device)
         self.counters = torch.zeros(layout.num_counters(L, nkv), dtype=torch.int32, device=device)
+        # Tagged words of each layer's act (csrc/include/kog/tagged.cuh; read only with tagged_handoffs): zero means
+        # "not written", so they are zeroed with the counters.
+        self.act_tagged = torch.zeros(L * I, dtype=torch.int32, device=device)
         tp_fields = {"tp_size": 1, "tp_rank": 0, "tp_parts": 0, "tp_keys": 0, "tp_delta": [0] * layout.CONFIG["kMaxTP"]}
         counters_ptr = self.counters.data_ptr()
         self._tp_buffer = tp_buffer
@@ -236,6 +239,7 @@ class Monokernel:
             "attn_end_copies": layout.CONFIG["kAttnEndCopies"],
             "attn_single_ctx": layout.CONFIG["kAttnSingleCtx"],
             "stall_prefetch_chunks": layout.CONFIG["kStallPrefetchChunks"],
+            "tagged_handoffs": layout.CONFIG["kTaggedHandoffs"],
             "stage_k": [p.k for p in plan.stages], "stage_n": [p.n for p in plan.stages],
             "stage_nu": [p.nu for p in plan.stages], "stage_chunks": [p.chunks for p in plan.stages],
             "kv_stride_block": kv0.stride(0), "kv_stride_pos": kv0.stride(2), "kv_stride_head": kv0.stride(1),
@@ -244,6 +248,7 @@ class Monokernel:
             "lm_head": weights.lm_head.data_ptr(), "cos_sin": weights.cos_sin.data_ptr(),
             "layers": self.layer_table.data_ptr(), "counters": counters_ptr,
             "argmax_slots": self.argmax_slots.data_ptr(), "logits_scratch": self.logits_scratch.data_ptr(),
+            "act_tagged": self.act_tagged.data_ptr(),
             "trace": 0,
             "vocab_start": s.vocab_start, **tp_fields,
         }  # fmt: skip
@@ -349,6 +354,7 @@ class Monokernel:
         """Zeroes the dependency counters (after a launch that did not run to completion or aborted). Under tensor
         parallelism every rank must do it, with no launch of any rank in flight."""
         self.counters.zero_()
+        self.act_tagged.zero_()
         if self._tp_buffer is not None:
             torch.cuda.synchronize(self.device)
             nbytes = self.counters.numel() * 4
@@ -363,7 +369,7 @@ class Monokernel:
             return None
         block, what, target, seen = (x & 0xFFFFFFFF for x in c[ABORT + 1 : ABORT + 5])
         kinds = {1: "counter", 2: "weight slot full", 3: "weight slot empty (loader)", 4: "next-token go (loader)",
-                 5: "hand-off hold (loader)"}
+                 5: "hand-off hold (loader)", 6: "tagged hand-off"}
         desc = f"{kinds.get(site, site)} wait timed out in block {block}: what={what} target={target} seen={seen}"
         if site == 1:
             desc += f" ({describe_counter(what, self.shape.num_kv_heads)})"

@@ -34,6 +34,7 @@ MODEL_FIELDS: tuple[tuple[str, str, int], ...] = (
     ("attn_end_copies", "i", 1),
     ("attn_single_ctx", "i", 1),
     ("stall_prefetch_chunks", "i", 1),
+    ("tagged_handoffs", "i", 1),
     ("stage_k", "i", NUM_STAGES),
     ("stage_n", "i", NUM_STAGES),
     ("stage_nu", "i", NUM_STAGES),
@@ -51,6 +52,7 @@ MODEL_FIELDS: tuple[tuple[str, str, int], ...] = (
     ("counters", "p", 1),
     ("argmax_slots", "p", 1),
     ("logits_scratch", "p", 1),
+    ("act_tagged", "p", 1),
     ("trace", "p", 1),
     ("tp_size", "i", 1),
     ("tp_rank", "i", 1),
@@ -98,6 +100,9 @@ CONFIG: dict[str, int] = {
     "kHandoffQueue": 16,
     "kAttnSingleCtx": 0,
     "kStallPrefetchChunks": 0,
+    "kTaggedHandoffs": 0,
+    "kTaggedBatch": 4,
+    "kTaggedBuild": 0,  # 1 in a -DKOG_TAGGED_HANDOFFS=1 benchmark build (whose tests/test_monokernel_cpu.py then fails)
 }
 CONFIG_NAMES = tuple(CONFIG)
 

@@ -60,6 +60,8 @@ struct ModelArgs {
                             // MonoConfig::kAttnSingleCtx)
   int64_t stall_prefetch_chunks;  // chunks the loader moves into L2 beyond the ring while it waits for a slot
                                   // (0: none; MonoConfig::kStallPrefetchChunks; used only with prefetch_chunks 0)
+  int64_t tagged_handoffs;  // bits of tagged.cuh (kTaggedGateUp): hand-offs made through tagged words instead of
+                            // counters (0: none; MonoConfig::kTaggedHandoffs; tensor parallelism: ignored)
   // Per stage (MonoConfig::kStage*): input length K, output units N (rows; gate/up pairs for GU), units per
   // chunk (power of two <= kConsumerWarps), number of chunks.
   int64_t stage_k[MonoConfig::kNumStages];
@@ -79,6 +81,7 @@ struct ModelArgs {
   uint32_t* counters;       // see counter_index() in sync.cuh
   uint64_t* argmax_slots;   // [grid]
   bf16* logits_scratch;     // [stage_n[kStageLM]] when the caller passes no logits buffer
+  uint32_t* act_tagged;     // [num_layers][inter] tagged words of act (tagged.cuh), zeroed with the counters
   uint64_t* trace;          // null, or [num_tokens][num_layers + 1][kTraceEvents][grid] (trace.cuh)
   // Tensor parallelism (docs/monokernel.md, "Tensor parallelism"). tp_size 1: the fields below are unused.
   // With tp_size W > 1 counters, tp_parts and tp_keys lie in one buffer shared with the other ranks through CUDA

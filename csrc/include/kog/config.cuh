@@ -51,6 +51,19 @@ struct MonoConfig {
   // it waits to copy first), so the copies after the wait hit L2. Unlike kPrefetchChunks' constant lead it adds
   // no request while the ring streams.
   static constexpr int kStallPrefetchChunks = 0;
+  // Default of ModelArgs::tagged_handoffs: 0, every hand-off through a counter (tagged.cuh; a benchmark variant).
+  // The tagged code exists only in builds with -DKOG_TAGGED_HANDOFFS=1 (KOG_NVCC_FLAGS): inlined into the down
+  // stage, its polling loop raised the default kernel's spills from 100 / 344 B to 272 / 840 B (stores / loads);
+  // without the flag the field is ignored and the default kernel is the measured one.
+  static constexpr int kTaggedHandoffs = 0;
+#ifdef KOG_TAGGED_HANDOFFS
+  static constexpr bool kTaggedBuild = KOG_TAGGED_HANDOFFS != 0;
+#else
+  static constexpr bool kTaggedBuild = false;
+#endif
+  // 16-byte loads a consumer thread keeps in flight per round while it polls tagged words (4 words each): 4 = 16
+  // registers; the gate/up -> down hand-off of Llama-3.2-1B (I = 8192) then takes two rounds.
+  static constexpr int kTaggedBatch = 4;
 
   // GEMV: a warp's share of one row is a multiple of this many bf16 (32 lanes x 8 elements = one 16 B load each).
   // kUnitBarrier: the cross-warp sum of a unit split over several warps waits at a named barrier of that unit's

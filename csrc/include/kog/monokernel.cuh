@@ -21,6 +21,7 @@
 #include "kog/rmsnorm.cuh"
 #include "kog/sampling.cuh"
 #include "kog/sync.cuh"
+#include "kog/tagged.cuh"
 #include "kog/tp.cuh"
 #include "kog/trace.cuh"
 
@@ -285,6 +286,8 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
   int base = 0;
   const int64_t pos0 = step.positions[0];
   const bool has_task = has_attn_task(nkv, S);
+  // gate/up -> down through tagged words instead of the gate/up counter (tagged.cuh; TP=1 only).
+  const bool tagged_gu = C::kTaggedBuild && !kTP && (m.tagged_handoffs & kTaggedGateUp) != 0;
 
   const Tracer tr(m);
   // After a hand-off's release: its schedule position for the loader's hold (handoff_hold.cuh), its timeline mark.
@@ -435,11 +438,32 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
                           hdr.red_norm, W, H);
           if (tid == 0) tr.mark(t, l, kEvGuReady);
           bf16* const act = La.act;
-          consume_stage<true>(m, hdr, ring, x_s, C::kStageGU, c0, [=](int r, int, float vg, float vu) {
+          auto silu_mul = [](float vg, float vu) {
             const float gt = round_bf16(vg), up = round_bf16(vu);
-            st_bf16(act, r, __fmul_rn(__fdiv_rn(gt, 1.f + expf(-gt)), up));
-          }, tr, t, l, kEvGuLanded);
-          consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageGU), static_cast<uint32_t>(mine));
+            return __fmul_rn(__fdiv_rn(gt, 1.f + expf(-gt)), up);
+          };
+          if (tagged_gu) {  // (a loop of its own: the default loop keeps its register budget)
+            uint32_t* const act_t = m.act_tagged + static_cast<size_t>(l) * I;
+            const uint32_t tag = handoff_tag(e);
+            consume_stage<true>(m, hdr, ring, x_s, C::kStageGU, c0, [=](int r, int, float vg, float vu) {
+              const float a = silu_mul(vg, vu);
+              st_bf16(act, r, a);
+              st_relaxed_u32(act_t + r, tagged_word(tag, a));
+            }, tr, t, l, kEvGuLanded);
+          } else {
+            consume_stage<true>(m, hdr, ring, x_s, C::kStageGU, c0, [=](int r, int, float vg, float vu) {
+              st_bf16(act, r, silu_mul(vg, vu));
+            }, tr, t, l, kEvGuLanded);
+          }
+          if (tagged_gu) {
+            // No release: the down stage reads the tagged words, not this counter. The relaxed add keeps the counter
+            // at the count a later launch without the variant expects; the barrier keeps x_s until every warp is
+            // done with it.
+            consumer_sync();
+            if (tid == 0) red_relaxed_add(counter(ctrs, layer_counter_index(l, nkv, C::kStageGU)), static_cast<uint32_t>(mine));
+          } else {
+            consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageGU), static_cast<uint32_t>(mine));
+          }
           handed_off(t, l, C::kStageGU, kEvGuDone);
         }
         base = (base + static_cast<int>(n_gu)) % G;
@@ -456,8 +480,12 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
           } else {
             gather_rows(hdr.resid, La.rmid, c0, mine, hdr.geo[C::kStageDown].nu, H);
           }
-          consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageGU), next * n_gu);
-          copy_to_smem(x_s, La.act, I);
+          if (tagged_gu) {
+            tagged_to_smem(x_s, m.act_tagged + static_cast<size_t>(l) * I, I, handoff_tag(e), ctrs);
+          } else {
+            consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageGU), next * n_gu);
+            copy_to_smem(x_s, La.act, I);
+          }
           if (tid == 0) tr.mark(t, l, kEvDownReady);
           bf16* const down_out = La.down_out;
           bf16* const rin_next = La.rin_next;

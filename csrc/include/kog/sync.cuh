@@ -28,7 +28,8 @@ constexpr int kCtrLayerBase = 12;
 constexpr int kCtrAttnDone = 4, kCtrAttnKV = 5;  // within a layer's block, after the four GEMV stages
 
 // Abort sites (the value of counter kCtrAbort).
-constexpr uint32_t kSiteCounter = 1, kSiteFull = 2, kSiteEmpty = 3, kSiteTokenGo = 4, kSiteHandoff = 5;
+constexpr uint32_t kSiteCounter = 1, kSiteFull = 2, kSiteEmpty = 3, kSiteTokenGo = 4, kSiteHandoff = 5,
+                   kSiteTagged = 6;
 // A wait that spins this long (cycles, ~1.1 s at 1.98 GHz) records itself and gives up, and every other wait then
 // gives up too: the launch finishes with garbage instead of hanging, and the host reads what hung.
 constexpr long long kWaitTimeoutCycles = 1ll << 31;

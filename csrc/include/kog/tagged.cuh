@@ -1,0 +1,88 @@
+// Hand-offs through tagged words (a benchmark variant, ModelArgs::tagged_handoffs; docs/monokernel.md item 13).
+//
+// A counter hand-off costs the producer a release (its fence waits for the bulk copies its SM has in flight:
+// ~1 us with none under the others' stream, 5-7 us with six, benchmarks/NOTES.md) and the consumer a counter round
+// trip before the data round trip. Here the producer stores each bf16 output together with the token's tag in one
+// 32-bit word (st.relaxed.gpu: single-copy atomic, no fence) and the consumer polls the words themselves: a word
+// that carries this token's tag carries this token's value. No ordering is needed, only each word's atomicity.
+//
+// Tags: 1 + epoch mod 65535, never 0, so a zeroed buffer is never ready (the host zeroes it with the counters).
+// Every step rewrites every word of every layer, so a word is always from this token or the previous one; a tag
+// can only repeat 65535 tokens later.
+#pragma once
+
+#include <cstdint>
+
+#include "kog/args.cuh"
+#include "kog/config.cuh"
+#include "kog/numerics.cuh"
+#include "kog/sync.cuh"
+
+namespace kog {
+
+// Bits of ModelArgs::tagged_handoffs.
+constexpr int kTaggedGateUp = 1;  // gate/up -> down: act through ModelArgs::act_tagged
+
+__device__ __forceinline__ uint32_t handoff_tag(uint32_t epoch) { return epoch % 65535u + 1u; }
+__device__ __forceinline__ uint32_t tagged_word(uint32_t tag, float v) {
+  return (tag << 16) | static_cast<uint32_t>(f2bf_bits(v));
+}
+
+__device__ __forceinline__ void st_relaxed_u32(uint32_t* p, uint32_t v) {
+  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+// Four relaxed 32-bit loads (the memory model treats a vector access as its scalar accesses).
+__device__ __forceinline__ uint4 ld_relaxed_v4(const uint32_t* p) {
+  uint4 v;
+  asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ bool tagged4_ready(const uint4& v, uint32_t tag) {
+  return ((v.x >> 16) == tag) & ((v.y >> 16) == tag) & ((v.z >> 16) == tag) & ((v.w >> 16) == tag);
+}
+
+// x_s[0:n] = the bf16 halves of src[0:n] (tagged words other blocks store in this launch, n % 4 == 0), once every
+// word carries `tag`. A thread keeps up to kTaggedBatch 16-byte loads in flight per round and re-polls only the
+// ones not ready. Ends with a consumer barrier. A wait past kWaitTimeoutCycles records itself (site kSiteTagged).
+__device__ __forceinline__ void tagged_to_smem(bf16* x_s, const uint32_t* src, int n, uint32_t tag, uint32_t* ctrs) {
+  constexpr int kB = MonoConfig::kTaggedBatch;
+  constexpr int kStep = MonoConfig::kConsumerThreads * 4;
+  for (int i0 = threadIdx.x * 4; i0 < n; i0 += kStep * kB) {
+    uint4 v[kB];
+    uint32_t pending = 0;
+#pragma unroll
+    for (int j = 0; j < kB; ++j) {
+      if (i0 + j * kStep < n) {
+        v[j] = ld_relaxed_v4(src + i0 + j * kStep);
+        pending |= 1u << j;
+      }
+    }
+    const long long t0 = clock64();
+    for (uint32_t round = 1;; ++round) {
+#pragma unroll
+      for (int j = 0; j < kB; ++j) {
+        if (((pending >> j) & 1u) && tagged4_ready(v[j], tag)) {
+          const uint32_t lo = (v[j].x & 0xffffu) | (v[j].y << 16), hi = (v[j].z & 0xffffu) | (v[j].w << 16);
+          *reinterpret_cast<uint2*>(x_s + i0 + j * kStep) = make_uint2(lo, hi);
+          pending &= ~(1u << j);
+        }
+      }
+      if (pending == 0) break;
+      if ((round & 1023u) == 0 && (aborted(ctrs) || clock64() - t0 > kWaitTimeoutCycles)) {
+        record_abort(ctrs, kSiteTagged, tag, static_cast<uint32_t>(i0), pending);
+        break;
+      }
+      __nanosleep(32);
+#pragma unroll
+      for (int j = 0; j < kB; ++j) {
+        if ((pending >> j) & 1u) v[j] = ld_relaxed_v4(src + i0 + j * kStep);
+      }
+    }
+  }
+  consumer_sync();
+}
+
+}  // namespace kog
