@@ -197,6 +197,24 @@ def _paged_caches(shape, num_blocks, dtype):
     ]
 
 
+def _check_caches_close(a: torch.Tensor, b: torch.Tensor, layer: int, fp32: bool) -> None:
+    """The reference's and torch_step's K/V caches: written at the same slots (NaN poison left in the same places),
+    with the same values up to rounding. In bf16 the two compute K/V through different rounding orders, and a
+    one-ulp difference in a hidden element moves a few K/V elements of later layers by several ulps (seen: 1 of
+    32,768 elements 0.0195 apart at 0.37 in ~2% of random draws); a wrong slot or head would differ in whole rows
+    (head_dim >= 64 elements) and in the NaN pattern."""
+    written_a, written_b = ~torch.isnan(a), ~torch.isnan(b)
+    assert torch.equal(written_a, written_b), f"layer {layer}: K/V written at different places"
+    x, y = a[written_a].float(), b[written_b].float()
+    if fp32:
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-4)
+        return
+    rel = ((x - y).norm() / y.norm()).item()
+    assert rel < 1e-2, f"layer {layer}: K/V relative error {rel:.2e}"
+    far = ((x - y).abs() > 1e-2 + 1e-2 * y.abs()).sum().item()
+    assert far <= 8, f"layer {layer}: {far} K/V elements differ by more than 1e-2 + 1e-2 |v| (<= 8 allowed)"
+
+
 @pytest.mark.parametrize(
     "arch,head_dim,gqa,tied",
     [("llama", 64, 4, True), ("llama", 128, 1, False), ("qwen3", 128, 2, True), ("qwen3", 64, 4, False)],
@@ -229,8 +247,8 @@ def test_reference_step_matches_hf_and_torch_step(arch, head_dim, gqa, tied, dty
     assert rel < rtol, f"reference vs HF: relative error {rel:.2e} >= {rtol:.0e}"
     rel_ts = ((got - got_ts).norm() / got_ts.norm()).item()
     assert rel_ts < (1e-5 if dtype == torch.float32 else 2e-2), f"reference vs torch_step: {rel_ts:.2e}"
-    for a, b in zip(caches, caches_ts):  # same K/V written at the same slots
-        torch.testing.assert_close(a, b, equal_nan=True, rtol=1e-2, atol=1e-2)
+    for layer, (a, b) in enumerate(zip(caches, caches_ts)):  # same K/V written at the same slots
+        _check_caches_close(a, b, layer, fp32=dtype == torch.float32)
     if dtype == torch.float32:
         assert torch.equal(got.argmax(-1), ref.argmax(-1))
 

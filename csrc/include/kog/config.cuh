@@ -66,6 +66,7 @@ struct MonoConfig {
   static constexpr int kTaggedBatch = 4;
 
   // GEMV: a warp's share of one row is a multiple of this many bf16 (32 lanes x 8 elements = one 16 B load each).
+  static constexpr int kWarpStride = 32 * 8;
   // kUnitBarrier: the cross-warp sum of a unit split over several warps waits at a named barrier of that unit's
   // warps only, not of all consumer warps (a compile-time benchmark variant, -DKOG_UNIT_BARRIER=1 in
   // KOG_NVCC_FLAGS). In the 2026-12-03 skeleton a chunk with that sum cost the consumers ~0.76 us against ~0.45
@@ -75,7 +76,6 @@ struct MonoConfig {
 #else
   static constexpr bool kUnitBarrier = false;
 #endif
-  static constexpr int kWarpStride = 32 * 8;
   // Hidden sizes the norm keeps in registers: H <= kMaxNormIters * kConsumerThreads * 8.
   static constexpr int kMaxNormIters = 4;
   static constexpr int kMaxHidden = kMaxNormIters * kConsumerThreads * 8;
