@@ -106,6 +106,12 @@ struct ChunkCursor {
   }
 };
 
+// A chunk's weight rows towards L2 (both halves of a gate/up chunk).
+__device__ __forceinline__ void prefetch_chunk_l2(const Chunk& ch) {
+  bulk_prefetch_l2(ch.src0, ch.bytes0);
+  if (ch.bytes1 != 0) bulk_prefetch_l2(ch.src1, ch.bytes1);
+}
+
 // Streams the block's chunks into the ring; also keeps `prefetch_chunks` further chunks on their way into L2
 // (cp.async.bulk.prefetch.L2), so HBM keeps streaming while the consumers wait on a dependency and the ring is full,
 // or (`stall_prefetch_chunks`, with prefetch_chunks 0) sends its next chunks towards L2 only while it waits for a
@@ -135,9 +141,7 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
   fill.start(m, geo, ntok);
   pref.start(m, geo, ntok);
   for (int i = 0; i < ahead && !pref.done; ++i) {
-    const Chunk ch = pref.chunk(geo);
-    bulk_prefetch_l2(ch.src0, ch.bytes0);
-    if (ch.bytes1 != 0) bulk_prefetch_l2(ch.src1, ch.bytes1);
+    prefetch_chunk_l2(pref.chunk(geo));
     pref.advance(m, geo, ntok);
   }
   while (!fill.done) {
@@ -165,9 +169,7 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
     if (holding && !hh.before_issue(hdr.released, issued, ctrs)) return;
     if (stall_ahead > 0) {  // the slot still being read: the ring is full, HBM idles for this SM
       while (lead < stall_ahead && !pref.done && !mbar_test_wait(&hdr.empty[slot], phase ^ 1u)) {
-        const Chunk pc = pref.chunk(geo);
-        bulk_prefetch_l2(pc.src0, pc.bytes0);
-        if (pc.bytes1 != 0) bulk_prefetch_l2(pc.src1, pc.bytes1);
+        prefetch_chunk_l2(pref.chunk(geo));
         pref.advance(m, geo, ntok);
         ++lead;
       }
@@ -202,9 +204,7 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
       }
     }
     if (ahead > 0 && !pref.done) {  // (ahead 0: no prefetch at all, not one of the chunk just copied)
-      const Chunk pc = pref.chunk(geo);
-      bulk_prefetch_l2(pc.src0, pc.bytes0);
-      if (pc.bytes1 != 0) bulk_prefetch_l2(pc.src1, pc.bytes1);
+      prefetch_chunk_l2(pref.chunk(geo));
       pref.advance(m, geo, ntok);
     }
   }
@@ -450,18 +450,15 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
               st_bf16(act, r, a);
               st_relaxed_u32(act_t + r, tagged_word(tag, a));
             }, tr, t, l, kEvGuLanded);
-          } else {
-            consume_stage<true>(m, hdr, ring, x_s, C::kStageGU, c0, [=](int r, int, float vg, float vu) {
-              st_bf16(act, r, silu_mul(vg, vu));
-            }, tr, t, l, kEvGuLanded);
-          }
-          if (tagged_gu) {
             // No release: the down stage reads the tagged words, not this counter. The relaxed add keeps the counter
             // at the count a later launch without the variant expects; the barrier keeps x_s until every warp is
             // done with it.
             consumer_sync();
             if (tid == 0) red_relaxed_add(counter(ctrs, layer_counter_index(l, nkv, C::kStageGU)), static_cast<uint32_t>(mine));
           } else {
+            consume_stage<true>(m, hdr, ring, x_s, C::kStageGU, c0, [=](int r, int, float vg, float vu) {
+              st_bf16(act, r, silu_mul(vg, vu));
+            }, tr, t, l, kEvGuLanded);
             consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageGU), static_cast<uint32_t>(mine));
           }
           handed_off(t, l, C::kStageGU, kEvGuDone);
