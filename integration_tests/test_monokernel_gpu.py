@@ -115,8 +115,11 @@ def _prepare(w, caches, ctx, seed):
     return pos, slot, bt
 
 
-def _check_step(w, caches, mk, token, pos, slot, bt, logits_out, errors, pre, got_token):
+def _check_step(w, caches, mk, token, pos, slot, bt, logits_out, errors, pre, got_token, splits=None):
+    """Every stage's output against the schedule's reference from the kernel's own inputs; with splits > 1 (the
+    attention splits the launch took, default the plan's) also the partials (m, l, acc) and their combine."""
     s = w.shape
+    splits = mk.plan.num_splits if splits is None else splits
     diag = mk.diagnostics()
     if diag is not None:
         mk.reset_counters()
@@ -124,21 +127,12 @@ def _check_step(w, caches, mk, token, pos, slot, bt, logits_out, errors, pre, go
         return None
     got = _buffers(mk)
     logits = logits_out if logits_out is not None else mk.logits_scratch
-    exp = reference.expected_from_kernel(w, caches, got, logits, token, pos, bt, mk.plan.num_splits)
+    exp = reference.expected_from_kernel(w, caches, got, logits, token, pos, bt, splits)
     for i, (g, e) in enumerate(zip(got, exp["layers"])):
         for n in BF16_NAMES:
             _close(errors, f"layer {i} {n}", g[n], e[n])
-        m_ok = torch.isfinite(g["attn_m"]) | (torch.isneginf(g["attn_m"]) & (g["attn_l"] == 0))
-        if not m_ok.all():
-            errors.append(f"layer {i} attn_m: {int((~m_ok).sum())} bad partial maxima")
-        em, gm = e["attn_m"], g["attn_m"]
-        if not torch.equal(torch.isneginf(em), torch.isneginf(gm)):
-            errors.append(f"layer {i} attn_m: empty splits differ")
-        fin = torch.isfinite(em)
-        _close(errors, f"layer {i} attn_m", gm[fin], em[fin], 2e-3, 2e-3, 2e-3)
-        _close(errors, f"layer {i} attn_l", g["attn_l"][fin], e["attn_l"][fin], 2e-3, 2e-3, 2e-3)
-        _close(errors, f"layer {i} attn_acc", g["attn_acc"][fin], e["attn_acc"][fin], 2e-3, 2e-3, 2e-3)
-        _close(errors, f"layer {i} attn_out (from partials)", g["attn_out"], e["attn_out_from_partials"])
+        if splits > 1:
+            _check_partials(errors, i, g, e)
         # KV: this slot holds k_new/v_new, nothing else changed.
         view = kv_cache_view(caches[i], s.head_dim)
         blk, off = slot // BS, slot % BS
@@ -156,14 +150,35 @@ def _check_step(w, caches, mk, token, pos, slot, bt, logits_out, errors, pre, go
     return got
 
 
+def _check_partials(errors, i, g, e):
+    """Layer i's attention partials (m, l, acc per split and query head) and the output combined from them."""
+    m_ok = torch.isfinite(g["attn_m"]) | (torch.isneginf(g["attn_m"]) & (g["attn_l"] == 0))
+    if not m_ok.all():
+        errors.append(f"layer {i} attn_m: {int((~m_ok).sum())} bad partial maxima")
+    em, gm = e["attn_m"], g["attn_m"]
+    if not torch.equal(torch.isneginf(em), torch.isneginf(gm)):
+        errors.append(f"layer {i} attn_m: empty splits differ")
+    fin = torch.isfinite(em)
+    _close(errors, f"layer {i} attn_m", gm[fin], em[fin], 2e-3, 2e-3, 2e-3)
+    _close(errors, f"layer {i} attn_l", g["attn_l"][fin], e["attn_l"][fin], 2e-3, 2e-3, 2e-3)
+    _close(errors, f"layer {i} attn_acc", g["attn_acc"][fin], e["attn_acc"][fin], 2e-3, 2e-3, 2e-3)
+    _close(errors, f"layer {i} attn_out (from partials)", g["attn_out"], e["attn_out_from_partials"])
+
+
 @pytest.mark.parametrize("ctx", [1, 15, 16, 17, 1000, 4096, 32000])
 @pytest.mark.parametrize("gqa", [1, 4, 8])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("arch,tied", [("llama", True), ("qwen3", False)])
 def test_step_matches_reference(arch, tied, head_dim, gqa, ctx):
-    if arch == "qwen3" and ctx in (15, 16, 1000, 32000):
-        pytest.skip("qwen3 runs a subset of context lengths (1, 17, 4096)")
+    """One step, every stage and the logits against the reference. Odd contexts run with attn_single_ctx 0 (the
+    split schedule, partials checked, also where most splits are empty); even ones with the default table (one
+    split up to kAttnSingleCtx)."""
+    if arch == "qwen3" and ctx in (15, 1000, 32000):
+        pytest.skip("qwen3 runs a subset of context lengths (1, 16, 17, 4096)")
     w, caches, mk = _model(arch, head_dim, gqa, tied)
+    ov = {"attn_single_ctx": 0} if ctx % 2 else {}
+    table = mk.variant_table(**ov) if ov else None
+    splits = mk.attention_splits(ctx, **ov)
     seed = ctx * 7 + gqa * 131 + head_dim
     pos, slot, bt = _prepare(w, caches, ctx, seed)
     token = (seed * 7919) % w.shape.vocab_size
@@ -172,12 +187,13 @@ def test_step_matches_reference(arch, tied, head_dim, gqa, ctx):
     _poison(mk, logits_out)
     pre = [c.clone() for c in caches]
     ids = torch.tensor([token], dtype=torch.int64 if ctx % 3 else torch.int32, device=DEV)
-    tok = mk.step(ids, torch.tensor([pos], device=DEV), bt, torch.tensor([slot], device=DEV), logits_out=logits_out)
+    tok = mk.step(ids, torch.tensor([pos], device=DEV), bt, torch.tensor([slot], device=DEV), logits_out=logits_out,
+                  model_table=table)
     torch.cuda.synchronize()
     got_token = int(tok.item())
     errors: list[str] = []
-    _check_step(w, caches, mk, token, pos, slot, bt, logits_out, errors, pre, got_token)
-    ref = reference.reference_step(w, pre, token, pos, slot, bt, mk.plan.num_splits)
+    _check_step(w, caches, mk, token, pos, slot, bt, logits_out, errors, pre, got_token, splits)
+    ref = reference.reference_step(w, pre, token, pos, slot, bt, splits)
     logits = (logits_out if use_logits_out else mk.logits_scratch).float()
     rel = ((logits - ref["logits"].float()).norm() / ref["logits"].float().norm()).item()
     if rel > 2e-2:
@@ -196,7 +212,7 @@ def test_hnd_cache_layout():
     tok = mk.step(torch.tensor([17], device=DEV), torch.tensor([pos], device=DEV), bt, torch.tensor([slot], device=DEV))
     torch.cuda.synchronize()
     errors: list[str] = []
-    _check_step(w, caches, mk, 17, pos, slot, bt, None, errors, pre, int(tok.item()))
+    _check_step(w, caches, mk, 17, pos, slot, bt, None, errors, pre, int(tok.item()), mk.attention_splits(pos + 1))
     assert not errors, "\n".join(errors)
 
 
@@ -214,7 +230,7 @@ def test_consecutive_steps_and_multi_token(arch, head_dim):
         p = pos + t
         sl = int(bt[p // BS]) * BS + p % BS
         tok = mk.step(torch.tensor([token], device=DEV), torch.tensor([p], device=DEV), bt, torch.tensor([sl], device=DEV))
-        r = reference.reference_step(w, ref_caches, token, p, sl, bt, mk.plan.num_splits)
+        r = reference.reference_step(w, ref_caches, token, p, sl, bt, mk.attention_splits(p + 1))
         got = int(tok.item())
         rel = ((mk.logits_scratch.float() - r["logits"].float()).norm() / r["logits"].float().norm()).item()
         if rel > 2e-2:
@@ -257,17 +273,18 @@ def test_consecutive_steps_and_multi_token(arch, head_dim):
 @pytest.mark.parametrize("ctx", [1, 17, 200])
 @pytest.mark.parametrize("arch,head_dim,gqa", [("llama", 128, 4), ("qwen3", 64, 8)])
 def test_single_split_attention(arch, head_dim, gqa, ctx):
-    """attn_single_ctx (a benchmark variant): at contexts up to it, split 0 of each KV head covers the whole context
-    and writes attn_out itself (no partials, no combine). Every stage against the one-split schedule from the
-    kernel's own inputs, logits end to end against reference_step with one split; then launches at the next
-    positions in the default mode (sixteen splits) still match the reference: the counters stay consistent."""
+    """attn_single_ctx 256 (the default, kAttnSingleCtx, is 64): at contexts up to it, split 0 of each KV head
+    covers the whole context and writes attn_out itself (no partials, no combine). Every stage against the
+    one-split schedule from the kernel's own inputs, logits end to end against reference_step with one split; then
+    a launch at the next position with attn_single_ctx 0 (sixteen splits) still matches the reference: the
+    counters stay consistent across the two modes."""
     w, caches, mk = _model(arch, head_dim, gqa, arch == "llama")
     seed = ctx * 3 + gqa * 17 + head_dim
     pos, slot, bt = _prepare(w, caches, ctx, seed)
     token = (seed * 7919) % w.shape.vocab_size
     ref_caches = [c.clone() for c in caches]
     errors: list[str] = []
-    for t, table in enumerate((mk.variant_table(attn_single_ctx=256), None)):
+    for t, table in enumerate((mk.variant_table(attn_single_ctx=256), mk.variant_table(attn_single_ctx=0))):
         p = pos + t
         sl = int(bt[p // BS]) * BS + p % BS
         _poison(mk, None)
@@ -278,7 +295,7 @@ def test_single_split_attention(arch, head_dim, gqa, ctx):
             errors.append(f"launch {t}: {mk.diagnostics()}")
             mk.reset_counters()
             break
-        splits = 1 if table is not None else mk.plan.num_splits
+        splits = 1 if t == 0 else mk.plan.num_splits
         got = _buffers(mk)
         exp = reference.expected_from_kernel(w, caches, got, mk.logits_scratch, token, p, bt, splits)
         for i, (g, e) in enumerate(zip(got, exp["layers"])):

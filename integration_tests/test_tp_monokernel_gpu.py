@@ -99,9 +99,9 @@ def tp_worker(rank: int, world: int, shape_name: str, out_dir: str, grid_share: 
         slot = int(bt[pos // BS]) * BS + pos % BS
         inp = FIRST_TOKEN if i == 0 else tokens[i - 1]
         if shards is None:
-            r = reference.reference_step(w, ref_caches, inp, pos, slot, bt, mk.plan.num_splits)
+            r = reference.reference_step(w, ref_caches, inp, pos, slot, bt, mk.attention_splits(pos + 1))
         else:
-            r = reference.reference_step_tp(shards, ref_caches, inp, pos, slot, bt, mk.plan.num_splits)
+            r = reference.reference_step_tp(shards, ref_caches, inp, pos, slot, bt, mk.attention_splits(pos + 1))
         exp = r["logits"][lo : lo + n].float().cpu()
         ref_rel.append(((logits[i].float() - exp).norm() / exp.norm()).item())
     if buf is not None:

@@ -322,6 +322,12 @@ class Monokernel:
         )  # fmt: skip
         return tokens, count
 
+    def attention_splits(self, ctx: int, **overrides) -> int:
+        """Attention splits per KV head the kernel takes at context length ctx with the default table (or one with
+        these overrides): 1 up to attn_single_ctx, else plan.num_splits."""
+        single = int(overrides.get("attn_single_ctx", self._model_values["attn_single_ctx"]))
+        return 1 if ctx <= single else self.plan.num_splits
+
     def variant_table(self, **overrides) -> torch.Tensor:
         """A copy of the argument table with some ModelArgs fields replaced (benchmarks time variants with it:
         fewer layers, a smaller LM head, a shallower ring). Use it only through step(model_table=...)."""

@@ -23,7 +23,7 @@ struct MonoConfig {
   static constexpr int kMaxSmemBytes = 227 * 1024;
   // Fixed shared-memory header (SmemHeader in monokernel.cuh): mbarriers, reduction scratch, broadcast words and
   // the block-table entries of this block's attention split (kBtCacheEntries x block_size positions).
-  static constexpr int kHeaderBytes = 4096;
+  static constexpr int kHeaderBytes = 5120;  // (<= 7 KiB: Llama-3.1-8B keeps 6 slots)
   static constexpr int kBtCacheEntries = 512;
   // Residual values a block preloads for its O / down epilogues (rows it owns in one stage).
   static constexpr int kMaxResidRows = 256;
@@ -41,10 +41,11 @@ struct MonoConfig {
   // Hand-offs the loader keeps armed: <= kMaxSlots + 1 stage ends (each but the one being signalled has a chunk in
   // the ring) and one attention split.
   static constexpr int kHandoffQueue = 16;
-  // Default of ModelArgs::attn_single_ctx: 0, every context takes num_splits splits per KV head. A benchmark
-  // variant: at ctx 32 the split publish and the combine's round trip exist only because 16 splits share 32
-  // positions (NOTES.md, 2026-12-03).
-  static constexpr int kAttnSingleCtx = 0;
+  // Default of ModelArgs::attn_single_ctx: contexts up to 64 take one attention split per KV head (no partials,
+  // no combine hand-off), longer ones num_splits. Measured 2026-12-03 on the H200 (NOTES.md), single split against
+  // 16 splits: ctx 32 Llama-3.2-1B -26 us / Llama-3.1-8B -125 us per step, ctx 64 -25 / -101, ctx 128 -15 / +57,
+  // ctx 256 +42 / +310 (one SM then reads the head's whole context).
+  static constexpr int kAttnSingleCtx = 64;
   // Default of ModelArgs::stall_prefetch_chunks: 0, none. A benchmark variant: while the loader waits for a slot
   // (its ring full behind a dependency wait: the QKV -> attention -> O chain leaves an SM's HBM share idle for
   // ~3-6 us per 1B layer, NOTES.md 2026-12-03), it sends up to this many of its next chunks towards L2 (the chunk
@@ -67,15 +68,12 @@ struct MonoConfig {
 
   // GEMV: a warp's share of one row is a multiple of this many bf16 (32 lanes x 8 elements = one 16 B load each).
   static constexpr int kWarpStride = 32 * 8;
-  // kUnitBarrier: the cross-warp sum of a unit split over several warps waits at a named barrier of that unit's
-  // warps only, not of all consumer warps (a compile-time benchmark variant, -DKOG_UNIT_BARRIER=1 in
-  // KOG_NVCC_FLAGS). In the 2026-12-03 skeleton a chunk with that sum cost the consumers ~0.76 us against ~0.45
-  // without (NOTES.md).
-#ifdef KOG_UNIT_BARRIER
-  static constexpr bool kUnitBarrier = KOG_UNIT_BARRIER != 0;
-#else
-  static constexpr bool kUnitBarrier = false;
-#endif
+  // Chunks whose epilogues a block runs together (consume_stage): per chunk the consumer warps only compute and
+  // leave their partial sums in shared memory; every kEpilogueBatch chunks one barrier, then one thread per output
+  // unit sums its parts and runs the epilogue. With the epilogue and the cross-warp sum on the per-chunk path
+  // (barrier, then one lane per unit), the 2026-12-03 skeleton spent ~0.3 us per chunk on them (NOTES.md).
+  // 8: measured 2026-12-03 against 4 and 2 (within 0.5% of each other, NOTES.md).
+  static constexpr int kEpilogueBatch = 8;
   // Hidden sizes the norm keeps in registers: H <= kMaxNormIters * kConsumerThreads * 8.
   static constexpr int kMaxNormIters = 4;
   static constexpr int kMaxHidden = kMaxNormIters * kConsumerThreads * 8;
@@ -111,6 +109,9 @@ static_assert(MonoConfig::kMaxSlots * MonoConfig::kSlotBytes + MonoConfig::kHead
 static_assert(MonoConfig::kMinSlots * MonoConfig::kSlotBytes + MonoConfig::kHeaderBytes < MonoConfig::kMaxSmemBytes,
               "at least two slots must fit");
 static_assert(MonoConfig::kMaxHidden == 8192, "norm register budget");
+static_assert((MonoConfig::kEpilogueBatch & (MonoConfig::kEpilogueBatch - 1)) == 0 &&
+                  MonoConfig::kEpilogueBatch * MonoConfig::kConsumerWarps <= MonoConfig::kConsumerThreads,
+              "a batch's units (<= kConsumerWarps per chunk) take one consumer thread each, in one pass");
 static_assert(MonoConfig::kHandoffQueue >= MonoConfig::kMaxSlots + 2 &&
                   (MonoConfig::kHandoffQueue & (MonoConfig::kHandoffQueue - 1)) == 0,
               "the loader's hand-off queue holds every armed hand-off and wraps by a mask");

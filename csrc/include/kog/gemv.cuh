@@ -58,23 +58,18 @@ __device__ __forceinline__ int owned_row(int c0, int k, int nu) {
 // Shared-memory offset (bytes) of the up rows of a gate/up chunk inside its slot.
 __device__ __forceinline__ uint32_t pair_offset_bytes(int K, int nu) { return static_cast<uint32_t>(nu) * K * 2u; }
 
-// Dot products of one chunk with x_s. w_s: the chunk in its ring slot; red: 2 x 2 x kConsumerWarps floats,
-// `parity` alternates per chunk so a slow warp still reading one chunk's partials is never overwritten by the
-// next. epi(unit, v0, v1) runs once per valid unit, on one lane, with the fp32 sums (v1: up row for gate/up).
-// release() runs on every lane of every warp once that warp's reads of w_s are done (its dot products consumed).
-template <bool kPair, class Epi, class Release>
-__device__ __forceinline__ void gemv_chunk(const bf16* w_s, const bf16* x_s, int K, int nu, int nvalid, float* red,
-                                           int parity, Epi&& epi, Release&& release) {
-  constexpr int W = MonoConfig::kConsumerWarps;
+// One warp's share of one chunk's dot products with x_s: the fp32 sums of unit `warp >> wpu_log2` over its
+// part `warp & (wpu - 1)` (a K >> wpu_log2 segment), on every lane; 0 for warps whose unit is past nvalid. w_s: the
+// chunk in its ring slot; a1: the up row of a gate/up unit. The caller sums the parts of a unit in part order
+// (consume_stage's batched epilogue), so a result does not depend on timing.
+template <bool kPair>
+__device__ __forceinline__ void gemv_partial(const bf16* w_s, const bf16* x_s, int K, int nu, int wpu_log2,
+                                             int nvalid, float& a0, float& a1) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  // nu and wpu are powers of two (plan.py): shifts, not divisions, in this per-chunk path.
-  constexpr int kLog2W = 3;
-  static_assert(W == 1 << kLog2W, "warps per block");
-  const int wpu_log2 = kLog2W - (__ffs(nu) - 1);
-  const int wpu = 1 << wpu_log2;
-  const int unit = warp >> wpu_log2, part = warp & (wpu - 1);
+  const int unit = warp >> wpu_log2, part = warp & ((1 << wpu_log2) - 1);
   const int seg = K >> wpu_log2;
-  float a0 = 0.f, a1 = 0.f;
+  a0 = 0.f;
+  a1 = 0.f;
   if (unit < nvalid) {
     const uint4* w0 = reinterpret_cast<const uint4*>(w_s + static_cast<size_t>(unit) * K + part * seg) + lane;
     const uint4* w1 = reinterpret_cast<const uint4*>(w_s + static_cast<size_t>(nu + unit) * K + part * seg) + lane;
@@ -90,33 +85,17 @@ __device__ __forceinline__ void gemv_chunk(const bf16* w_s, const bf16* x_s, int
       a0 = dot8(w0[i * 32], x, a0);
       if constexpr (kPair) a1 = dot8(w1[i * 32], x, a1);
     }
+#ifndef KOG_BENCH_NO_REDUCE  // diagnostics build: no warp sums (timing only, wrong results)
     a0 = warp_sum(a0);
     if constexpr (kPair) a1 = warp_sum(a1);
+#endif
   }
-  release();
-  if (wpu > 1) {
-    float* r = red + parity * (2 * W);
-    if (lane == 0) {
-      r[warp] = a0;
-      r[W + warp] = a1;
-    }
-    // Only the unit's own warps read these partials (and the next chunk's go to the other parity), so with
-    // kUnitBarrier they alone wait for each other; warps of other units run on, at most a ring ahead.
-    if constexpr (MonoConfig::kUnitBarrier) {
-      unit_sync(unit, wpu);
-    } else {
-      consumer_sync();
-    }
-    if (part == 0 && lane == 0 && unit < nvalid) {
-      a0 = 0.f;
-      a1 = 0.f;
-      for (int p = 0; p < wpu; ++p) {
-        a0 += r[warp + p];
-        a1 += r[W + warp + p];
-      }
-    }
-  }
-  if (part == 0 && lane == 0 && unit < nvalid) epi(unit, a0, a1);
 }
+
+// The per-warp partial sums of up to kEpilogueBatch consecutive chunks of a block (consume_stage): [chunk of the
+// batch][0: row / gate row, 1: up row][warp], warp = unit * wpu + part.
+struct EpiBatch {
+  float v[MonoConfig::kEpilogueBatch][2][MonoConfig::kConsumerWarps];
+};
 
 }  // namespace kog

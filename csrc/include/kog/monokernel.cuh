@@ -33,7 +33,7 @@ struct SmemHeader {
   uint64_t empty[MonoConfig::kMaxSlots];  // slot consumed (one arrival per consumer warp)
   uint64_t keys[MonoConfig::kConsumerWarps];
   float red_norm[MonoConfig::kConsumerWarps];
-  float red_gemv[2 * 2 * MonoConfig::kConsumerWarps];
+  EpiBatch epi[2];  // GEMV partials of a batch of chunks; batches alternate (Ring::parity)
   int bcast[4];
   volatile int tok_go;    // consumers -> loader: token index whose weights may stream
   volatile int tok_stop;  // consumers -> loader: stop after the token before tok_go
@@ -120,6 +120,9 @@ __device__ __forceinline__ void prefetch_chunk_l2(const Chunk& ch) {
 // No deadlock: a loader held at a hand-off has issued every chunk up to it, so the earliest hand-off not yet made
 // anywhere has all its chunks in its ring and, by induction over the schedule, all its inputs on their way.
 __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader& hdr, uint8_t* ring) {
+#ifdef KOG_BENCH_NO_RING_SYNC  // diagnostics build: no loader at all, consumers never wait for a slot (timing only)
+  return;
+#endif
   const uint64_t policy = l2_evict_first_policy();
   const int ns = static_cast<int>(m.num_slots);
   const int hold_stage = static_cast<int>(m.stage_end_copies), hold_attn = static_cast<int>(m.attn_end_copies);
@@ -216,38 +219,72 @@ struct Ring {
   int ns;
   int slot;
   uint32_t phase;
-  int parity;  // alternates per chunk: gemv's reduction buffer
+  int parity;  // alternates per batch of chunks: SmemHeader::epi
 };
 
 // Consume this block's chunks of one stage: c = c0, c0 + G, ... ; epi(row, k, v0, v1) per output unit, k = the
 // unit's index among this block's units of the stage (j-th chunk of the block: k = j * nu + unit). landed_ev >= 0:
 // the timeline event marked when the last chunk's wait returns (token t, layer l).
+//
+// Per chunk a warp only computes its partial, releases the slot and leaves the partial in shared memory: no
+// barrier and no epilogue on the per-chunk path. Every kEpilogueBatch chunks (and after the stage's last) the
+// consumer barrier, then one thread per unit sums the unit's parts in part order and runs its epilogue, all units
+// of the batch at once. The two EpiBatch buffers alternate: a warp writes batch i + 2's partials into batch i's
+// buffer only after the barrier of batch i + 1, which every thread reaches after its reads of batch i.
 template <bool kPair, class Epi>
 __device__ __forceinline__ void consume_stage(const ModelArgs& m, SmemHeader& hdr, Ring& ring, const bf16* x_s,
                                               int st, int c0, Epi&& epi, const Tracer& tr, int t, int l,
                                               int landed_ev) {
+  constexpr int kLog2W = 3, F = MonoConfig::kEpilogueBatch;
+  static_assert(MonoConfig::kConsumerWarps == 1 << kLog2W, "warps per block");
   const int G = gridDim.x;
   const StageGeom g = hdr.geo[st];
   const int n = g.chunks, K = g.k, N = g.n, nu = g.nu;
+  // nu and wpu = kConsumerWarps / nu are powers of two (plan.py): shifts, not divisions, on the per-chunk path.
+  const int nu_log2 = __ffs(nu) - 1, wpu_log2 = kLog2W - nu_log2;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   uint32_t* const ctrs = m.counters;
   for (int c = c0, j = 0; c < n; c += G, ++j) {
-    const int r0 = c * nu, k0 = j * nu;
+    const int jb = j & (F - 1);  // this chunk's place in its batch
+#ifndef KOG_BENCH_NO_RING_SYNC
     mbar_wait(&hdr.full[ring.slot], ring.phase, ctrs, kSiteFull);
+#endif
     if (landed_ev >= 0 && c + G >= n && threadIdx.x == 0) tr.mark(t, l, landed_ev);
     const bf16* w_s = reinterpret_cast<const bf16*>(ring.base + static_cast<size_t>(ring.slot) * MonoConfig::kSlotBytes);
-    uint64_t* const empty = &hdr.empty[ring.slot];
-    // Each warp releases the slot as soon as its own reads of it are done (before the cross-warp reduction and
-    // the epilogue's global stores), so the loader refills it while this chunk's results are still being written.
-    gemv_chunk<kPair>(w_s, x_s, K, nu, min(nu, N - r0), hdr.red_gemv, ring.parity,
-                      [&](int unit, float v0, float v1) { epi(r0 + unit, k0 + unit, v0, v1); },
-                      [&] {
-                        __syncwarp();
-                        if ((threadIdx.x & 31) == 0) mbar_arrive(empty);
-                      });
-    ring.parity ^= 1;
+    float a0, a1;
+    gemv_partial<kPair>(w_s, x_s, K, nu, wpu_log2, min(nu, N - c * nu), a0, a1);
+    // The warp's reads of the slot are done (its sums consumed them): release it before anything else.
+    __syncwarp();
+    if (lane == 0) {
+      mbar_arrive(&hdr.empty[ring.slot]);
+      hdr.epi[ring.parity].v[jb][0][warp] = a0;
+      if constexpr (kPair) hdr.epi[ring.parity].v[jb][1][warp] = a1;
+    }
     if (++ring.slot == ring.ns) {
       ring.slot = 0;
       ring.phase ^= 1u;
+    }
+    if (jb == F - 1 || c + G >= n) {
+      consumer_sync();
+      const EpiBatch& eb = hdr.epi[ring.parity];
+      const int q = threadIdx.x;  // one unit of the batch: (jb + 1) * nu <= F * kConsumerWarps threads
+      if (q < (jb + 1) << nu_log2) {
+        const int cb = q >> nu_log2, unit = q & (nu - 1);
+        const int jj = j - jb + cb;  // the unit's chunk among the block's chunks of the stage
+        const int r = (c0 + jj * G) * nu + unit;
+        if (r < N) {
+          const int w0 = unit << wpu_log2;  // the unit's parts, summed in part order
+          float v0 = eb.v[cb][0][w0], v1 = kPair ? eb.v[cb][1][w0] : 0.f;
+          for (int p = 1; p < 1 << wpu_log2; ++p) {
+            v0 += eb.v[cb][0][w0 + p];
+            if constexpr (kPair) v1 += eb.v[cb][1][w0 + p];
+          }
+#ifndef KOG_BENCH_NO_EPILOGUE  // diagnostics build: no per-unit epilogue (timing only, wrong results)
+          epi(r, (jj << nu_log2) + unit, v0, v1);
+#endif
+        }
+      }
+      ring.parity ^= 1;
     }
   }
 }

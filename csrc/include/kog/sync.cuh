@@ -95,15 +95,9 @@ __device__ __noinline__ void record_abort(uint32_t* ctrs, uint32_t site, uint32_
 }
 
 // ---- consumer-warp barriers (the loader warp never joins) ------------------------------------------------------
-// Hardware barrier ids: 0 __syncthreads, 1 all consumer warps, kBarUnitBase + u the warps of GEMV unit u.
-constexpr int kBarUnitBase = 2;
-static_assert(kBarUnitBase + MonoConfig::kConsumerWarps <= 16, "16 named barriers per block");
+// Hardware barrier ids: 0 __syncthreads, 1 all consumer warps.
 __device__ __forceinline__ void consumer_sync() {
   asm volatile("bar.sync 1, %0;" ::"n"(MonoConfig::kConsumerThreads) : "memory");
-}
-// The `warps` warps of GEMV unit `unit` (warps unit * warps ... unit * warps + warps - 1), all of which call it.
-__device__ __forceinline__ void unit_sync(int unit, int warps) {
-  asm volatile("bar.sync %0, %1;" ::"r"(kBarUnitBase + unit), "r"(warps * 32) : "memory");
 }
 
 // The calling thread polls counter `index` (acquire) until it reaches target, or records a timeout / sees an abort.
