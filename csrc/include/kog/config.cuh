@@ -71,8 +71,8 @@ struct MonoConfig {
   // Chunks whose epilogues a block runs together (consume_stage): per chunk the consumer warps only compute and
   // leave their partial sums in shared memory; every kEpilogueBatch chunks one barrier, then one thread per output
   // unit sums its parts and runs the epilogue. With the epilogue and the cross-warp sum on the per-chunk path
-  // (barrier, then one lane per unit), the 2026-12-03 skeleton spent ~0.3 us per chunk on them (NOTES.md).
-  // 8: measured 2026-12-03 against 4 and 2 (within 0.5% of each other, NOTES.md).
+  // (barrier, then one lane per unit), the 2026-12-03 skeleton spent ~0.3 us per chunk on them; the full step
+  // gained 0-1% (its consumers mostly wait). 8: measured against 4 and 2, within 0.5% of each other (NOTES.md).
   static constexpr int kEpilogueBatch = 8;
   // Hidden sizes the norm keeps in registers: H <= kMaxNormIters * kConsumerThreads * 8.
   static constexpr int kMaxNormIters = 4;
