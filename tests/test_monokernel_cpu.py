@@ -294,3 +294,20 @@ def test_schedule_covers_every_chunk_once_and_balances(name):
                 assert sorted(seen) == list(range(n))
                 base = (base + n) % grid
     assert max(per_block) - min(per_block) <= 1
+
+
+def test_attention_splits_follows_attn_single_ctx():
+    """The split count tests and references use for a launch: one split up to attn_single_ctx (the table's
+    default, kAttnSingleCtx, or an override), the plan's otherwise."""
+    from types import SimpleNamespace
+
+    from kog_backend.monokernel.host import Monokernel
+
+    mk = object.__new__(Monokernel)  # only the two attributes attention_splits reads (no GPU here)
+    mk._model_values = {"attn_single_ctx": layout.CONFIG["kAttnSingleCtx"]}
+    mk.plan = SimpleNamespace(num_splits=16)
+    single = layout.CONFIG["kAttnSingleCtx"]
+    assert single > 0
+    assert [mk.attention_splits(c) for c in (1, single, single + 1, 4096)] == [1, 1, 16, 16]
+    assert mk.attention_splits(1, attn_single_ctx=0) == 16
+    assert mk.attention_splits(200, attn_single_ctx=256) == 1

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Kernel builds A/B in one device call (the only comparison that holds: machines differ by a few percent).
+#   bash benchmarks/ab_kernel_builds.sh "BENCH ARGS" NAME [NAME ...]
+# Each NAME is an extension build at .device/variants/NAME.so.xz (make one here with KOG_NVCC_FLAGS=... python
+# setup.py build_ext --inplace, strip, xz). The builds are timed in the order given, then again in reverse
+# (drift shows as a difference between the two rounds), with benchmarks/bench_monokernel.py and BENCH ARGS
+# (e.g. "--no-variants --reps 20 --ctx 32"); the tables are printed last. The default build is restored after.
+set -u
+OUT=${OUT:-/tmp/kog-ab}; mkdir -p "$OUT"
+export PYTHONPATH=$PWD:${PYTHONPATH:-}
+args=$1; shift
+so=kog_backend/_C.abi3.so
+[ -f "$so" ] && cp "$so" "$OUT/default.so"
+names=("$@")
+order=("${names[@]}"); for ((i=${#names[@]}-1; i>=0; i--)); do order+=("${names[i]}"); done
+n=0
+for v in "${order[@]}"; do
+  n=$((n + 1))
+  xz -dc ".device/variants/$v.so.xz" > "$so" || exit 1
+  s=$SECONDS
+  timeout 300 python3 benchmarks/bench_monokernel.py $args > "$OUT/$n-$v.txt" 2>&1
+  echo "$n $v: rc=$? $((SECONDS - s)) s"
+done
+[ -f "$OUT/default.so" ] && cp "$OUT/default.so" "$so"
+n=0
+for v in "${order[@]}"; do
+  n=$((n + 1))
+  echo "== $n $v"; sed -n '/^copy bandwidth/,$p' "$OUT/$n-$v.txt"
+done
