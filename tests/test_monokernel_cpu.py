@@ -82,10 +82,32 @@ def test_config_matches_header():
 
 @pytest.mark.skipif(ops.load_reason() is not None, reason=f"extension not loadable: {ops.load_reason()}")
 def test_layout_and_config_match_extension():
-    got = list(torch.ops.kog.monokernel_layout())
-    want = [layout.model_size(), layout.layer_size()] + layout.model_offsets() + [8 * i for i in range(len(layout.LAYER_FIELDS))]
-    assert got == want
+    assert list(torch.ops.kog.monokernel_layout()) == layout.expected_layout()
     assert list(torch.ops.kog.monokernel_config()) == list(layout.CONFIG.values())
+    assert layout.extension_mismatch(torch.ops.kog) is None
+
+
+def test_extension_from_other_sources_is_refused():
+    """An extension whose table layout or constants differ from the package's (built from other sources) gets a
+    reason, so the monokernel never runs with a table it would misread; a benchmark build flag alone does not."""
+    from types import SimpleNamespace
+
+    def fake(layout_=None, config=None):
+        lay = layout.expected_layout() if layout_ is None else layout_
+        cfg = list(layout.CONFIG.values()) if config is None else config
+        return SimpleNamespace(monokernel_layout=lambda: lay, monokernel_config=lambda: cfg)
+
+    assert layout.extension_mismatch(fake()) is None
+    shifted = layout.expected_layout()
+    shifted[0] += 8  # ModelArgs one field longer
+    assert "layout differs" in layout.extension_mismatch(fake(layout_=shifted))
+    cfg = dict(layout.CONFIG)
+    cfg["kHeaderBytes"] += 1024
+    assert "kHeaderBytes" in layout.extension_mismatch(fake(config=list(cfg.values())))
+    assert "constants" in layout.extension_mismatch(fake(config=list(layout.CONFIG.values())[:-1]))
+    flagged = dict(layout.CONFIG, kTaggedBuild=1)
+    assert layout.extension_mismatch(fake(config=list(flagged.values()))) is None
+    assert "stale build" in layout.extension_mismatch(SimpleNamespace())
 
 
 def test_pack_roundtrip():

@@ -82,6 +82,9 @@ def unsupported_reason(
         return reason
     if not kog_ops.has_op("monokernel_step"):
         return "kog_backend._C has no monokernel_step op (stale build)"
+    reason = layout.extension_mismatch(kog_ops.ops())
+    if reason is not None:
+        return reason
     if s.arch not in ("llama", "qwen3"):
         return f"architecture {s.arch} (llama and qwen3 dense only)"
     if s.tp_size != tp_world:

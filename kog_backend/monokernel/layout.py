@@ -145,6 +145,33 @@ def layer_size() -> int:
     return 8 * len(LAYER_FIELDS)
 
 
+def expected_layout() -> list[int]:
+    """What kog::monokernel_layout() returns for these structs: sizes of ModelArgs and LayerArgs, then every
+    field's byte offset."""
+    return [model_size(), layer_size()] + model_offsets() + [8 * i for i in range(len(LAYER_FIELDS))]
+
+
+# MonoConfig constants a benchmark build may change (KOG_NVCC_FLAGS) without changing what the host packs.
+BUILD_FLAG_CONSTANTS = ("kTaggedBuild",)
+
+
+def extension_mismatch(kog_ops) -> str | None:
+    """Why the loaded extension (kog_ops: torch.ops.kog) cannot take this module's tables, or None. An extension
+    built from other sources reads the argument table at other offsets, or plans shared memory with other
+    constants: its kernel would produce garbage, so the monokernel must not run (the stock path serves)."""
+    if not hasattr(kog_ops, "monokernel_layout") or not hasattr(kog_ops, "monokernel_config"):
+        return "kog_backend._C has no monokernel_layout / monokernel_config op (stale build): rebuild it"
+    if list(kog_ops.monokernel_layout()) != expected_layout():
+        return ("kog_backend._C was built from other sources (its argument-table layout differs from this "
+                "package's): rebuild it (./scripts/setup.sh, or pip install -e .)")
+    got = list(kog_ops.monokernel_config())
+    differ = [name for name, g in zip(CONFIG_NAMES, got) if g != CONFIG[name] and name not in BUILD_FLAG_CONSTANTS]
+    if len(got) != len(CONFIG) or differ:
+        what = ", ".join(differ[:4]) if differ else f"{len(got)} constants, {len(CONFIG)} expected"
+        return f"kog_backend._C was built with other kernel constants ({what}): rebuild it"
+    return None
+
+
 def pack_model(values: Mapping[str, object]) -> bytes:
     fmt, flat = "<", []
     for name, kind, count in MODEL_FIELDS:
