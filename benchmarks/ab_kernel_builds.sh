@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Kernel builds A/B in one device call (the only comparison that holds: machines differ by a few percent).
 #   bash benchmarks/ab_kernel_builds.sh "BENCH ARGS" NAME [NAME ...]
-# Each NAME is an extension build at .device/variants/NAME.so.xz (make one here with KOG_NVCC_FLAGS=... python
-# setup.py build_ext --inplace, strip, xz). The builds are timed in the order given, then again in reverse
-# (drift shows as a difference between the two rounds), with benchmarks/bench_monokernel.py and BENCH ARGS
-# (e.g. "--no-variants --reps 20 --ctx 32"); the tables are printed last. The default build is restored after.
+# Each NAME is an extension build at .device/variants/NAME.so.xz of this tree's sources (make one here with
+# KOG_NVCC_FLAGS=... python setup.py build_ext --inplace, strip, xz), or, for a build of other sources (another
+# branch: its argument table may differ, and the host refuses a mismatched extension), a tree at
+# .device/trees/NAME/ (git archive BRANCH | tar -x -C ...) holding its build as kog_backend/_C.abi3.so.xz.
+# The builds are timed in the order given, then again in reverse (drift shows as a difference between the two
+# rounds), with benchmarks/bench_monokernel.py and BENCH ARGS (e.g. "--no-variants --reps 20 --ctx 32"); the
+# tables are printed last. The default build is restored after.
 set -u
 OUT=${OUT:-/tmp/kog-ab}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD:${PYTHONPATH:-}
@@ -16,9 +19,14 @@ order=("${names[@]}"); for ((i=${#names[@]}-1; i>=0; i--)); do order+=("${names[
 n=0
 for v in "${order[@]}"; do
   n=$((n + 1))
-  xz -dc ".device/variants/$v.so.xz" > "$so" || exit 1
   s=$SECONDS
-  timeout 300 python3 benchmarks/bench_monokernel.py $args > "$OUT/$n-$v.txt" 2>&1
+  if [ -d ".device/trees/$v" ]; then
+    ( cd ".device/trees/$v" && xz -dc kog_backend/_C.abi3.so.xz > kog_backend/_C.abi3.so \
+      && PYTHONPATH=$PWD timeout 300 python3 benchmarks/bench_monokernel.py $args ) > "$OUT/$n-$v.txt" 2>&1
+  else
+    xz -dc ".device/variants/$v.so.xz" > "$so" || exit 1
+    timeout 300 python3 benchmarks/bench_monokernel.py $args > "$OUT/$n-$v.txt" 2>&1
+  fi
   echo "$n $v: rc=$? $((SECONDS - s)) s"
 done
 [ -f "$OUT/default.so" ] && cp "$OUT/default.so" "$so"
