@@ -1,4 +1,4 @@
-// Hand-offs through tagged words (a benchmark variant, ModelArgs::tagged_handoffs; docs/monokernel.md item 13).
+// Hand-offs through tagged words (a benchmark variant, ModelArgs::tagged_handoffs; docs/monokernel.md item 12).
 //
 // A counter hand-off costs the producer a release (its fence waits for the bulk copies its SM has in flight:
 // ~1 us with none under the others' stream, 5-7 us with six, benchmarks/NOTES.md) and the consumer a counter round
