@@ -94,6 +94,24 @@ struct ModelArgs {
   int64_t tp_delta[MonoConfig::kMaxTP];
 };
 
+// ModelArgs fields the consumers read right after a hand-off's wait (and the loader at each stage change), copied
+// into shared memory at kernel start: an acquire of a counter invalidates the SM's L1 (CCTL.IVALL), so each read
+// of the global table there would be an L2 round trip (~0.7-1 us under the weight stream) in front of the loads
+// of the hand-off's data.
+struct HotArgs {
+  const bf16* cos_sin;
+  const bf16* final_norm;
+  const bf16* lm_head;
+  const LayerArgs* layers;
+  int64_t kv_stride_block, kv_stride_pos, kv_stride_head;
+  float rms_eps, attn_scale_log2;
+  int num_layers, num_heads, num_kv_heads, num_splits, block_size, qk_norm;
+};
+
+// LayerArgs as 8-byte words, for the copy of a layer's table into shared memory (monokernel.cuh).
+constexpr int kLayerArgsWords = static_cast<int>(sizeof(LayerArgs) / 8);
+static_assert(sizeof(LayerArgs) % 8 == 0 && kLayerArgsWords <= 32, "one warp copies a layer's table");
+
 // Per launch: small device pointers from the runner.
 struct StepArgs {
   const ModelArgs* model;

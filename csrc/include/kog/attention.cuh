@@ -53,7 +53,7 @@ __device__ __forceinline__ float dot8f(const float (&q)[8], const uint4 k) {
 __device__ __forceinline__ float exp2_or_zero(float x, float m) { return x == -INFINITY ? 0.f : exp2f(x - m); }
 
 template <int D>
-__device__ void attention_task(const ModelArgs& m, const LayerArgs& L, const AttnTask& task, int pos, int64_t slot,
+__device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnTask& task, int pos, int64_t slot,
                                const int32_t* block_table, int bt_len, const int* bt_s, float* work, int* bcast,
                                uint32_t* ctrs, int ctr_kv, int ctr_done, uint32_t epoch) {
   constexpr int W = MonoConfig::kConsumerWarps;
@@ -64,8 +64,8 @@ __device__ void attention_task(const ModelArgs& m, const LayerArgs& L, const Att
   const int nh = static_cast<int>(m.num_heads), nkv = static_cast<int>(m.num_kv_heads);
   const int g = nh / nkv, S = static_cast<int>(m.num_splits), bs = static_cast<int>(m.block_size);
   const int q_size = nh * D, kv_size = nkv * D;
-  const float eps = static_cast<float>(m.rms_eps);
-  const float scale = static_cast<float>(m.attn_scale_log2);
+  const float eps = m.rms_eps;
+  const float scale = m.attn_scale_log2;
   const int64_t s_blk = m.kv_stride_block, s_pos = m.kv_stride_pos, s_head = m.kv_stride_head;
   const bf16* cs_row = m.cos_sin + static_cast<size_t>(pos) * D;
   const int kvh = task.kvh;

@@ -39,6 +39,8 @@ struct SmemHeader {
   volatile int tok_stop;  // consumers -> loader: stop after the token before tok_go
   volatile int released;  // consumers -> loader: hand_off_seq of the last hand-off this block made (-1: none)
   int64_t tp_delta[MonoConfig::kMaxTP];     // ModelArgs::tp_delta, copied at kernel start
+  HotArgs hot;                              // copied at kernel start (see HotArgs)
+  LayerArgs lay[2];                         // layer l's table in lay[l & 1], copied at the layer's start
   float resid[MonoConfig::kMaxResidRows];  // residual values of this block's O / down rows
   int bt[MonoConfig::kBtCacheEntries];
 };
@@ -50,13 +52,13 @@ __device__ __forceinline__ int first_chunk(int b, int base, int G) {
   return c < 0 ? c + G : c;
 }
 
-__device__ __forceinline__ const bf16* stage_weight(const ModelArgs& m, const LayerArgs& La, int st) {
+__device__ __forceinline__ const bf16* stage_weight(const HotArgs& h, const LayerArgs& La, int st) {
   switch (st) {
     case MonoConfig::kStageQKV: return La.qkv;
     case MonoConfig::kStageO: return La.o_proj;
     case MonoConfig::kStageGU: return La.gate_up;
     case MonoConfig::kStageDown: return La.down;
-    default: return m.lm_head;
+    default: return h.lm_head;
   }
 }
 
@@ -67,7 +69,7 @@ struct ChunkCursor {
   bool done;
   const bf16* w;  // weight matrix of stage (l, st): read from global memory once per stage, not per chunk
 
-  __device__ __forceinline__ void start(const ModelArgs& m, const StageGeom* geo, int num_tokens) {
+  __device__ __forceinline__ void start(const HotArgs& m, const StageGeom* geo, int num_tokens) {
     t = 0;
     l = 0;
     st = MonoConfig::kStageQKV;
@@ -77,7 +79,7 @@ struct ChunkCursor {
     settle(m, geo, num_tokens, true);
   }
   // Moves past stages in which this block owns no (more) chunks.
-  __device__ __forceinline__ void settle(const ModelArgs& m, const StageGeom* geo, int num_tokens, bool moved) {
+  __device__ __forceinline__ void settle(const HotArgs& m, const StageGeom* geo, int num_tokens, bool moved) {
     const int G = gridDim.x;
     while (!done && c >= geo[st].chunks) {
       base = (base + geo[st].chunks) % G;
@@ -88,7 +90,7 @@ struct ChunkCursor {
         done = t >= num_tokens;
       } else if (st == MonoConfig::kStageDown) {
         ++l;
-        st = l == static_cast<int>(m.num_layers) ? MonoConfig::kStageLM : MonoConfig::kStageQKV;
+        st = l == m.num_layers ? MonoConfig::kStageLM : MonoConfig::kStageQKV;
       } else {
         ++st;
       }
@@ -97,7 +99,7 @@ struct ChunkCursor {
     }
     if (moved && !done) w = st == MonoConfig::kStageLM ? m.lm_head : stage_weight(m, m.layers[l], st);
   }
-  __device__ __forceinline__ void advance(const ModelArgs& m, const StageGeom* geo, int num_tokens) {
+  __device__ __forceinline__ void advance(const HotArgs& m, const StageGeom* geo, int num_tokens) {
     c += gridDim.x;
     settle(m, geo, num_tokens, false);
   }
@@ -139,13 +141,14 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
   uint32_t phase = 0;
   const Tracer tr(m);
   const StageGeom* geo = hdr.geo;
+  const HotArgs& hot = hdr.hot;
   uint32_t* const ctrs = m.counters;
   ChunkCursor fill, pref;
-  fill.start(m, geo, ntok);
-  pref.start(m, geo, ntok);
+  fill.start(hot, geo, ntok);
+  pref.start(hot, geo, ntok);
   for (int i = 0; i < ahead && !pref.done; ++i) {
     prefetch_chunk_l2(pref.chunk(geo));
-    pref.advance(m, geo, ntok);
+    pref.advance(hot, geo, ntok);
   }
   while (!fill.done) {
     if (fill.t > cur_t) {
@@ -173,7 +176,7 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
     if (stall_ahead > 0) {  // the slot still being read: the ring is full, HBM idles for this SM
       while (lead < stall_ahead && !pref.done && !mbar_test_wait(&hdr.empty[slot], phase ^ 1u)) {
         prefetch_chunk_l2(pref.chunk(geo));
-        pref.advance(m, geo, ntok);
+        pref.advance(hot, geo, ntok);
         ++lead;
       }
     }
@@ -198,17 +201,17 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
         hh.arm(hand_off_seq(fill.t, fill.l, kHandoffAttn, L), issued + hold_attn);
       }
     }
-    fill.advance(m, geo, ntok);
+    fill.advance(hot, geo, ntok);
     if (stall_ahead > 0) {  // keep pref = fill + lead: the chunk just copied was prefetched, or pref moves with it
       if (lead > 0) {
         --lead;
       } else {
-        pref.advance(m, geo, ntok);
+        pref.advance(hot, geo, ntok);
       }
     }
     if (ahead > 0 && !pref.done) {  // (ahead 0: no prefetch at all, not one of the chunk just copied)
       prefetch_chunk_l2(pref.chunk(geo));
-      pref.advance(m, geo, ntok);
+      pref.advance(hot, geo, ntok);
     }
   }
 }
@@ -387,8 +390,19 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
     }
 
     for (int l = 0; l < L; ++l) {
-      const LayerArgs& La = m.layers[l];
-      const LayerArgs* prev = l > 0 ? &m.layers[l - 1] : nullptr;
+      // This layer's table into shared memory (the previous layer's stays in the other slot): the stage prologues
+      // read its pointers right after their waits, whose acquire invalidates L1, so from the global table each
+      // read would be an L2 round trip before the hand-off's data loads could even be issued. The barrier first:
+      // every thread is past its reads of layer l - 2's copy. Warp 1 copies while thread 0 already spins on the
+      // QKV stage's wait; that wait's barrier (or the one below at l == 0, which has no wait) publishes the copy.
+      consumer_sync();
+      if (tid >= 32 && tid < 32 + kLayerArgsWords) {
+        reinterpret_cast<uint64_t*>(&hdr.lay[l & 1])[tid - 32] =
+            __ldg(reinterpret_cast<const uint64_t*>(hdr.hot.layers + l) + (tid - 32));
+      }
+      if (l == 0) consumer_sync();
+      const LayerArgs& La = hdr.lay[l & 1];
+      const LayerArgs* prev = l > 0 ? &hdr.lay[(l - 1) & 1] : nullptr;
       const bf16* rin = l == 0 ? emb : prev->rin_next;
 
       int qkv_mine = 0, gu_mine = 0;  // chunks this block owns in the QKV / gate/up stage of this layer
@@ -417,7 +431,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
       if (has_task) {  // attention split (+ combine by the last split of the KV head)
         consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageQKV), next * n_qkv);
         if (tid == 0) tr.mark(t, l, kEvAttnReady);
-        attention_task<D>(m, La, task, pos, slot, step.block_table, step.block_table_len, hdr.bt, work, hdr.bcast,
+        attention_task<D>(hdr.hot, La, task, pos, slot, step.block_table, step.block_table_len, hdr.bt, work, hdr.bcast,
                           ctrs, layer_counter_index(l, nkv, kCtrAttnKV + task.kvh),
                           layer_counter_index(l, nkv, kCtrAttnDone), e);
         handed_off(t, l, kHandoffAttn, kEvAttnDone);
@@ -547,7 +561,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
     }
 
     {  // LM head over the logical vocabulary, greedy argmax
-      const LayerArgs& last = m.layers[L - 1];
+      const LayerArgs& last = hdr.lay[(L - 1) & 1];
       const int c0 = first_chunk(b, base, G);
       const int mine = chunks_owned(c0, static_cast<int>(n_lm), G);
       bf16* logits = step.logits_out != nullptr ? step.logits_out + static_cast<int64_t>(t) * step.logits_stride
@@ -559,7 +573,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
       uint64_t best = 0;
       if (mine > 0) {
         consumer_wait(ctrs, layer_counter_index(L - 1, nkv, C::kStageDown), next * n_down * nw, tp);
-        rmsnorm_to_smem(x_s, tp ? layer_parts(m, L - 1, kPartDown, W, H) : last.down_out, last.rmid, m.final_norm,
+        rmsnorm_to_smem(x_s, tp ? layer_parts(m, L - 1, kPartDown, W, H) : last.down_out, last.rmid, hdr.hot.final_norm,
                         H, eps, hdr.red_norm, W, H);
         if (tid == 0) tr.mark(t, L, kEvLmReady);
         const uint32_t row0 = static_cast<uint32_t>(m.vocab_start);  // keys carry global vocabulary ids
@@ -638,6 +652,11 @@ __global__ void __launch_bounds__(MonoConfig::kThreads, 1) monokernel_kernel(con
                             static_cast<int>(m.stage_nu[st]), static_cast<int>(m.stage_chunks[st])};
   }
   if (threadIdx.x == 0) {
+    hdr.hot = HotArgs{m.cos_sin, m.final_norm, m.lm_head, m.layers, m.kv_stride_block, m.kv_stride_pos,
+                      m.kv_stride_head, static_cast<float>(m.rms_eps), static_cast<float>(m.attn_scale_log2),
+                      static_cast<int>(m.num_layers), static_cast<int>(m.num_heads),
+                      static_cast<int>(m.num_kv_heads), static_cast<int>(m.num_splits), static_cast<int>(m.block_size),
+                      static_cast<int>(m.qk_norm)};
     for (int i = 0; i < ns; ++i) {
       mbar_init(&hdr.full[i], 1u);
       mbar_init(&hdr.empty[i], static_cast<uint32_t>(MonoConfig::kConsumerWarps));

@@ -22,7 +22,7 @@ __device__ __forceinline__ float consumer_sum(float v, float* red) {
   return t;
 }
 
-// x_s[0:H] = rmsnorm(a + b) * w as bf16. a, b: bf16 [H] in global memory (possibly written by other blocks in
+// x_s[0:H] = rmsnorm(a + b) * w as bf16 (w: read-only for the launch). a, b: bf16 [H] in global memory (possibly written by other blocks in
 // this launch: read through L2). With na > 1, a is na partial sums a_stride elements apart (tensor-parallel ranks)
 // and stands for bf16(a_0 + a_1 + ... in fp32, rank order): the all-reduce's result. Ends with a consumer barrier.
 __device__ __forceinline__ void rmsnorm_to_smem(bf16* x_s, const bf16* a, const bf16* b, const bf16* w, int H,
@@ -31,6 +31,14 @@ __device__ __forceinline__ void rmsnorm_to_smem(bf16* x_s, const bf16* a, const 
   const int tid = threadIdx.x;
   float s[kIt][8];
   float ss = 0.f;
+  // The norm weights travel with the inputs, in the same round trip, into this thread's own elements of x_s (free:
+  // the stage that read it has ended at a barrier): issued after the barrier of consumer_sum, the loads would be
+  // one more L2 round trip (the wait before this call has invalidated L1), and in registers they cost spills.
+#pragma unroll
+  for (int it = 0; it < kIt; ++it) {
+    const int i = (it * MonoConfig::kConsumerThreads + tid) * 8;
+    if (i < H) cp_async_16(x_s + i, w + i);
+  }
 #pragma unroll
   for (int it = 0; it < kIt; ++it) {
     const int i = (it * MonoConfig::kConsumerThreads + tid) * 8;
@@ -58,12 +66,13 @@ __device__ __forceinline__ void rmsnorm_to_smem(bf16* x_s, const bf16* a, const 
   }
   ss = consumer_sum(ss, red);
   const float r = rsqrtf(ss / static_cast<float>(H) + eps);
+  cp_async_wait_all();
 #pragma unroll
   for (int it = 0; it < kIt; ++it) {
     const int i = (it * MonoConfig::kConsumerThreads + tid) * 8;
     if (i < H) {
       float wf[8], y[8];
-      unpack8(__ldg(reinterpret_cast<const uint4*>(w + i)), wf);
+      unpack8(*reinterpret_cast<const uint4*>(x_s + i), wf);
 #pragma unroll
       for (int e = 0; e < 8; ++e) y[e] = __fmul_rn(round_bf16(__fmul_rn(s[it][e], r)), wf[e]);
       *reinterpret_cast<uint4*>(x_s + i) = pack8(y);
