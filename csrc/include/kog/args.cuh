@@ -103,6 +103,7 @@ struct HotArgs {
   const bf16* final_norm;
   const bf16* lm_head;
   const LayerArgs* layers;
+  uint64_t* argmax_slots;
   int64_t kv_stride_block, kv_stride_pos, kv_stride_head;
   float rms_eps, attn_scale_log2;
   int num_layers, num_heads, num_kv_heads, num_splits, block_size, qk_norm;

@@ -592,7 +592,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
       base = (base + static_cast<int>(n_lm)) % G;
       best = consumer_max_key(best, hdr.keys);
       if (tid == 0) {
-        m.argmax_slots[b] = best;
+        hdr.hot.argmax_slots[b] = best;
         const uint32_t old = atom_acq_rel_add(counter(ctrs, kCtrLM), 1u);
         hdr.released = hand_off_seq(t, L, C::kStageLM, L);  // (also when this block owned no LM chunk: harmless)
         hdr.bcast[1] = (old + 1u == next * static_cast<uint32_t>(G)) ? 1 : 0;
@@ -600,7 +600,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
       }
       consumer_sync();
       if (hdr.bcast[1] != 0 && tid < 32) {
-        uint64_t k = grid_max_key(m.argmax_slots, G);
+        uint64_t k = grid_max_key(hdr.hot.argmax_slots, G);
         if (tid == 0) {
           if constexpr (tp) k = tp_best_key(m, k, e, W, rank, delta);
           step.tokens_out[t] = static_cast<int64_t>(argmax_row(k));
@@ -652,8 +652,9 @@ __global__ void __launch_bounds__(MonoConfig::kThreads, 1) monokernel_kernel(con
                             static_cast<int>(m.stage_nu[st]), static_cast<int>(m.stage_chunks[st])};
   }
   if (threadIdx.x == 0) {
-    hdr.hot = HotArgs{m.cos_sin, m.final_norm, m.lm_head, m.layers, m.kv_stride_block, m.kv_stride_pos,
-                      m.kv_stride_head, static_cast<float>(m.rms_eps), static_cast<float>(m.attn_scale_log2),
+    hdr.hot = HotArgs{m.cos_sin, m.final_norm, m.lm_head, m.layers, m.argmax_slots,
+                      m.kv_stride_block, m.kv_stride_pos, m.kv_stride_head,
+                      static_cast<float>(m.rms_eps), static_cast<float>(m.attn_scale_log2),
                       static_cast<int>(m.num_layers), static_cast<int>(m.num_heads),
                       static_cast<int>(m.num_kv_heads), static_cast<int>(m.num_splits), static_cast<int>(m.block_size),
                       static_cast<int>(m.qk_norm)};

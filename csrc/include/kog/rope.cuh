@@ -16,9 +16,18 @@ __device__ __forceinline__ void qk_norm_rope_warp(const bf16* src, const bf16* n
   constexpr int E = D / 32;
   static_assert(E == 2 || E == 4, "head dim 64 or 128");
   const int lane = threadIdx.x & 31;
-  float x[E];
+  // Every load first (the head's GEMV output, the norm weights, cos / sin at the position): one round trip.
+  float x[E], w[E], c[E / 2], s[E / 2];
 #pragma unroll
-  for (int e = 0; e < E; ++e) x[e] = bf2f(ld_cg_u16(src + lane + 32 * e));
+  for (int e = 0; e < E; ++e) {
+    x[e] = bf2f(ld_cg_u16(src + lane + 32 * e));
+    w[e] = norm_w != nullptr ? __bfloat162float(norm_w[lane + 32 * e]) : 0.f;
+  }
+#pragma unroll
+  for (int e = 0; e < E / 2; ++e) {
+    c[e] = __bfloat162float(cos_sin_row[lane + 32 * e]);
+    s[e] = __bfloat162float(cos_sin_row[D / 2 + lane + 32 * e]);
+  }
   if (norm_w != nullptr) {
     float ss = 0.f;
 #pragma unroll
@@ -26,19 +35,13 @@ __device__ __forceinline__ void qk_norm_rope_warp(const bf16* src, const bf16* n
     ss = warp_sum(ss);
     const float r = rsqrtf(ss / static_cast<float>(D) + eps);
 #pragma unroll
-    for (int e = 0; e < E; ++e) {
-      const float w = __bfloat162float(norm_w[lane + 32 * e]);
-      x[e] = round_bf16(__fmul_rn(round_bf16(__fmul_rn(x[e], r)), w));
-    }
+    for (int e = 0; e < E; ++e) x[e] = round_bf16(__fmul_rn(round_bf16(__fmul_rn(x[e], r)), w[e]));
   }
 #pragma unroll
   for (int e = 0; e < E / 2; ++e) {
-    const int d = lane + 32 * e;
-    const float c = __bfloat162float(cos_sin_row[d]);
-    const float s = __bfloat162float(cos_sin_row[D / 2 + d]);
     const float x1 = x[e], x2 = x[e + E / 2];
-    y[e] = round_bf16(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
-    y[e + E / 2] = round_bf16(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
+    y[e] = round_bf16(__fsub_rn(__fmul_rn(x1, c[e]), __fmul_rn(x2, s[e])));
+    y[e + E / 2] = round_bf16(__fadd_rn(__fmul_rn(x2, c[e]), __fmul_rn(x1, s[e])));
   }
 }
 
