@@ -431,8 +431,8 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
       if (has_task) {  // attention split (+ combine by the last split of the KV head)
         consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageQKV), next * n_qkv);
         if (tid == 0) tr.mark(t, l, kEvAttnReady);
-        attention_task<D>(hdr.hot, La, task, pos, slot, step.block_table, step.block_table_len, hdr.bt, work, hdr.bcast,
-                          ctrs, layer_counter_index(l, nkv, kCtrAttnKV + task.kvh),
+        attention_task<D>(hdr.hot, La, task, pos, slot, step.block_table, step.block_table_len, hdr.bt, work,
+                          hdr.bcast, ctrs, layer_counter_index(l, nkv, kCtrAttnKV + task.kvh),
                           layer_counter_index(l, nkv, kCtrAttnDone), e);
         handed_off(t, l, kHandoffAttn, kEvAttnDone);
       }
@@ -573,8 +573,8 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
       uint64_t best = 0;
       if (mine > 0) {
         consumer_wait(ctrs, layer_counter_index(L - 1, nkv, C::kStageDown), next * n_down * nw, tp);
-        rmsnorm_to_smem(x_s, tp ? layer_parts(m, L - 1, kPartDown, W, H) : last.down_out, last.rmid, hdr.hot.final_norm,
-                        H, eps, hdr.red_norm, W, H);
+        rmsnorm_to_smem(x_s, tp ? layer_parts(m, L - 1, kPartDown, W, H) : last.down_out, last.rmid,
+                        hdr.hot.final_norm, H, eps, hdr.red_norm, W, H);
         if (tid == 0) tr.mark(t, L, kEvLmReady);
         const uint32_t row0 = static_cast<uint32_t>(m.vocab_start);  // keys carry global vocabulary ids
         consume_stage<false>(m, hdr, ring, x_s, C::kStageLM, c0, [&](int r, int, float v, float) {
