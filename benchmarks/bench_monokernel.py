@@ -13,7 +13,8 @@ hand-offs (ModelArgs::stage_end_copies:attn_end_copies, csrc/include/kog/handoff
 --single-ctx 256 one attention split per KV head at short contexts (ModelArgs::attn_single_ctx), --prefetch 3,6 a
 constant L2 lead beyond the ring and --stall-prefetch 2,4,8 the L2 prefetch while the loader waits for a slot
 (ModelArgs::prefetch_chunks / stall_prefetch_chunks), --tagged 1 the gate/up -> down hand-off through tagged
-words (ModelArgs::tagged_handoffs). --trace prints a typical layer's timeline
+words (ModelArgs::tagged_handoffs), --inflight 2,3 at most that many bulk copies in flight per SM
+(ModelArgs::max_inflight). --trace prints a typical layer's timeline
 (Monokernel.trace_table, kog_backend/monokernel/timeline.py). Prints a table last; writes JSON to $OUT/bench_monokernel.json when $OUT is set.
 
   python benchmarks/bench_monokernel.py [--shapes llama-3.2-1b,...] [--ctx 32,1024,4096] [--reps 50]
@@ -73,7 +74,8 @@ def time_steps(fn, reps: int, warmup: int = 5) -> float:
 
 def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, variants: bool,
                 trace: bool = False, holds: tuple[tuple[int, int], ...] = (), single_ctx: int = 0,
-                prefetch: tuple[int, ...] = (), stall_prefetch: tuple[int, ...] = (), tagged: int = 0) -> list[dict]:
+                prefetch: tuple[int, ...] = (), stall_prefetch: tuple[int, ...] = (), tagged: int = 0,
+                inflight: tuple[int, ...] = ()) -> list[dict]:
     s = synthetic.make_shape(*synthetic.SHAPES[name], max_position=max(ctxs) + 64)
     w = synthetic.random_decoder(s, dev, seed=1)
     max_ctx = max(ctxs)
@@ -131,6 +133,8 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
         cases[f"L2 lead {n}"] = (dict(prefetch_chunks=n), wbytes)
     for n in stall_prefetch:  # ModelArgs::stall_prefetch_chunks: up to n chunks into L2 while waiting for a slot
         cases[f"L2 on stall {n}"] = (dict(stall_prefetch_chunks=n), wbytes)
+    for n in inflight:  # ModelArgs::max_inflight: at most n bulk copies in flight per SM
+        cases[f"{n} in flight"] = (dict(max_inflight=n), wbytes)
     if tagged:  # ModelArgs::tagged_handoffs: gate/up -> down through tagged words (csrc/include/kog/tagged.cuh)
         cases[f"tagged {tagged}"] = (dict(tagged_handoffs=tagged), wbytes)
         for n in stall_prefetch:
@@ -187,6 +191,8 @@ def main() -> int:
                     "ModelArgs::prefetch_chunks) timed as variants of every shape at the first ctx")
     ap.add_argument("--stall-prefetch", default="", help="comma-separated chunk budgets of the L2 prefetch while the "
                     "loader waits for a slot (ModelArgs::stall_prefetch_chunks), timed likewise")
+    ap.add_argument("--inflight", default="", help="comma-separated caps on the bulk copies in flight per SM "
+                    "(ModelArgs::max_inflight), timed as variants of every shape at the first ctx")
     ap.add_argument("--tagged", type=int, default=0, help="bits of ModelArgs::tagged_handoffs (1: gate/up -> down "
                     "through tagged words), timed alone and with each --stall-prefetch budget")
     args = ap.parse_args()
@@ -200,7 +206,7 @@ def main() -> int:
                                  variants=not args.no_variants and name == "llama-3.2-1b", trace=args.trace,
                                  holds=parse_holds(args.hold), single_ctx=args.single_ctx,
                                  prefetch=parse_ints(args.prefetch), stall_prefetch=parse_ints(args.stall_prefetch),
-                                 tagged=args.tagged)
+                                 tagged=args.tagged, inflight=parse_ints(args.inflight))
         rows += shape_rows
         for r in shape_rows:
             print(f"  {r['shape']} {r['variant']} ctx {r['ctx']}: {r['us']:.1f} us", flush=True)

@@ -159,7 +159,7 @@ std::vector<int64_t> monokernel_layout() {
   KOG_OFF(ModelArgs, block_size); KOG_OFF(ModelArgs, num_splits); KOG_OFF(ModelArgs, grid);
   KOG_OFF(ModelArgs, num_slots); KOG_OFF(ModelArgs, qk_norm); KOG_OFF(ModelArgs, max_position);
   KOG_OFF(ModelArgs, work_bytes); KOG_OFF(ModelArgs, prefetch_chunks); KOG_OFF(ModelArgs, stage_end_copies); KOG_OFF(ModelArgs, attn_end_copies); KOG_OFF(ModelArgs, attn_single_ctx);
-  KOG_OFF(ModelArgs, stall_prefetch_chunks); KOG_OFF(ModelArgs, tagged_handoffs); KOG_OFF(ModelArgs, stage_k); KOG_OFF(ModelArgs, stage_n);
+  KOG_OFF(ModelArgs, stall_prefetch_chunks); KOG_OFF(ModelArgs, max_inflight); KOG_OFF(ModelArgs, tagged_handoffs); KOG_OFF(ModelArgs, stage_k); KOG_OFF(ModelArgs, stage_n);
   KOG_OFF(ModelArgs, stage_nu); KOG_OFF(ModelArgs, stage_chunks); KOG_OFF(ModelArgs, kv_stride_block);
   KOG_OFF(ModelArgs, kv_stride_pos); KOG_OFF(ModelArgs, kv_stride_head); KOG_OFF(ModelArgs, rms_eps);
   KOG_OFF(ModelArgs, attn_scale_log2); KOG_OFF(ModelArgs, embed); KOG_OFF(ModelArgs, final_norm);
@@ -188,7 +188,7 @@ std::vector<int64_t> monokernel_config() {
           attn_work_floats(64), attn_work_floats(128), kCtrLayerBase, layer_counter_count(0),
           kTraceEvents,      C::kMaxTP,         kCtrTpLM,         C::kStageEndCopies, C::kAttnEndCopies,
           C::kHandoffQueue,  C::kAttnSingleCtx,  C::kStallPrefetchChunks,
-          C::kTaggedHandoffs, C::kTaggedBatch,     C::kTaggedBuild};
+          C::kTaggedHandoffs, C::kTaggedBatch,     C::kTaggedBuild,  C::kMaxInflight};
 }
 
 }  // namespace kog

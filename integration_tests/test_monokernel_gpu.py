@@ -314,6 +314,8 @@ _LOADER_VARIANTS = {
        for s, a in [(0, 12), (1, 12), (12, 0), (12, 2), (1, 1), (3, 0)]},
     **{f"stall_prefetch_{n}": dict(stall_prefetch_chunks=n) for n in (1, 4, 64)},
     "stall_prefetch_4_hold_1_1": dict(stall_prefetch_chunks=4, stage_end_copies=1, attn_end_copies=1),
+    **{f"inflight_{n}": dict(max_inflight=n) for n in (1, 2, 5)},
+    "inflight_2_hold_1_1": dict(max_inflight=2, stage_end_copies=1, attn_end_copies=1),
     "tagged_gate_up": dict(tagged_handoffs=1),
     "tagged_gate_up_stall_prefetch_4": dict(tagged_handoffs=1, stall_prefetch_chunks=4),
 }  # fmt: skip
@@ -323,8 +325,8 @@ _LOADER_VARIANTS = {
 def test_loader_variants_change_timing_only(variant):
     """The schedule's benchmark variants change when data moves, not what is computed: the loader's hold around
     hand-offs (ModelArgs::stage_end_copies / attn_end_copies < num_slots), its L2 prefetch while waiting for a slot
-    (stall_prefetch_chunks; 64 runs past the end of the launch's schedule) and the gate/up -> down hand-off through
-    tagged words (tagged_handoffs). A K=4 launch with one gives the default launch's tokens, logits and caches bit
+    (stall_prefetch_chunks; 64 runs past the end of the launch's schedule), its cap on copies in flight
+    (max_inflight) and the gate/up -> down hand-off through tagged words (tagged_handoffs). A K=4 launch with one gives the default launch's tokens, logits and caches bit
     for bit, and no wait times out (the hold cannot deadlock; a tagged wait does not outlive its token)."""
     overrides = _LOADER_VARIANTS[variant]
     if overrides.get("tagged_handoffs") and not _config("kTaggedBuild"):

@@ -242,6 +242,7 @@ class Monokernel:
             "attn_end_copies": layout.CONFIG["kAttnEndCopies"],
             "attn_single_ctx": layout.CONFIG["kAttnSingleCtx"],
             "stall_prefetch_chunks": layout.CONFIG["kStallPrefetchChunks"],
+            "max_inflight": layout.CONFIG["kMaxInflight"],
             "tagged_handoffs": layout.CONFIG["kTaggedHandoffs"],
             "stage_k": [p.k for p in plan.stages], "stage_n": [p.n for p in plan.stages],
             "stage_nu": [p.nu for p in plan.stages], "stage_chunks": [p.chunks for p in plan.stages],

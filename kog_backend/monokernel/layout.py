@@ -34,6 +34,7 @@ MODEL_FIELDS: tuple[tuple[str, str, int], ...] = (
     ("attn_end_copies", "i", 1),
     ("attn_single_ctx", "i", 1),
     ("stall_prefetch_chunks", "i", 1),
+    ("max_inflight", "i", 1),
     ("tagged_handoffs", "i", 1),
     ("stage_k", "i", NUM_STAGES),
     ("stage_n", "i", NUM_STAGES),
@@ -103,6 +104,7 @@ CONFIG: dict[str, int] = {
     "kTaggedHandoffs": 0,
     "kTaggedBatch": 4,
     "kTaggedBuild": 0,  # 1 in a -DKOG_TAGGED_HANDOFFS=1 benchmark build (whose tests/test_monokernel_cpu.py then fails)
+    "kMaxInflight": 12,
 }
 CONFIG_NAMES = tuple(CONFIG)
 
