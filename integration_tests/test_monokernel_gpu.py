@@ -314,7 +314,7 @@ _LOADER_VARIANTS = {
        for s, a in [(0, 12), (1, 12), (12, 0), (12, 2), (1, 1), (3, 0)]},
     **{f"stall_prefetch_{n}": dict(stall_prefetch_chunks=n) for n in (1, 4, 64)},
     "stall_prefetch_4_hold_1_1": dict(stall_prefetch_chunks=4, stage_end_copies=1, attn_end_copies=1),
-    **{f"inflight_{n}": dict(max_inflight=n) for n in (1, 2, 5)},
+    **{f"inflight_{n}": dict(max_inflight=n) for n in (0, 1, 2, 5)},
     "inflight_2_hold_1_1": dict(max_inflight=2, stage_end_copies=1, attn_end_copies=1),
     "tagged_gate_up": dict(tagged_handoffs=1),
     "tagged_gate_up_stall_prefetch_4": dict(tagged_handoffs=1, stall_prefetch_chunks=4),

@@ -60,7 +60,7 @@ struct ModelArgs {
                             // MonoConfig::kAttnSingleCtx)
   int64_t stall_prefetch_chunks;  // chunks the loader moves into L2 beyond the ring while it waits for a slot
                                   // (0: none; MonoConfig::kStallPrefetchChunks; used only with prefetch_chunks 0)
-  int64_t max_inflight;     // bulk copies the loader keeps in flight at most (>= num_slots: no cap;
+  int64_t max_inflight;     // bulk copies the loader keeps in flight at most (0 or >= num_slots: no cap;
                             // MonoConfig::kMaxInflight)
   int64_t tagged_handoffs;  // bits of tagged.cuh (kTaggedGateUp): hand-offs made through tagged words instead of
                             // counters (0: none; MonoConfig::kTaggedHandoffs; tensor parallelism: ignored)

@@ -135,7 +135,7 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
   int issued = 0;
   const int ahead = static_cast<int>(m.prefetch_chunks);
   const int stall_ahead = ahead > 0 ? 0 : static_cast<int>(m.stall_prefetch_chunks);
-  const int cap = static_cast<int>(m.max_inflight);  // >= ns: no cap
+  const int cap = static_cast<int>(m.max_inflight);  // 0 or >= ns: no cap
   int lead = 0;
   const int ntok = step.num_tokens;
   int slot = 0, cur_t = 0, mark_t = -1, mark_l = -1;
@@ -182,7 +182,7 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
       }
     }
     mbar_wait(&hdr.empty[slot], phase ^ 1u, ctrs, kSiteEmpty);
-    if (cap < ns && issued >= cap) {
+    if (cap > 0 && cap < ns && issued >= cap) {
       // At most `cap` copies in flight: the one issued `cap` copies ago (slot - cap, in this lap of the ring or
       // the previous one) must have landed. Its full phase cannot have moved on since: the slot is refilled
       // only after this loader has issued ns - cap more copies.
