@@ -104,7 +104,7 @@ CONFIG: dict[str, int] = {
     "kTaggedHandoffs": 0,
     "kTaggedBatch": 4,
     "kTaggedBuild": 0,  # 1 in a -DKOG_TAGGED_HANDOFFS=1 benchmark build (whose tests/test_monokernel_cpu.py then fails)
-    "kMaxInflight": 12,
+    "kMaxInflight": 2,
 }
 CONFIG_NAMES = tuple(CONFIG)
 

@@ -52,12 +52,13 @@ struct MonoConfig {
   // it waits to copy first), so the copies after the wait hit L2. Unlike kPrefetchChunks' constant lead it adds
   // no request while the ring streams.
   static constexpr int kStallPrefetchChunks = 0;
-  // Default of ModelArgs::max_inflight: kMaxSlots, no cap (every free slot's copy is issued at once). A benchmark
-  // variant: the latency probe (NOTES.md 2026-12-02) found 2 copies of 32 KiB in flight per SM enough for the
-  // whole read stream (4.57 TB/s), while an L2 load or a release on a streaming SM costs ~0.3-0.5 / ~2 us with 2
-  // in flight and ~0.7-1 / ~7-9 us with 6; with the hand-offs' round trips now on the critical path, a cap of
-  // 2-3 may buy back latency without losing bandwidth (the ring still holds finished chunks ahead).
-  static constexpr int kMaxInflight = kMaxSlots;
+  // Default of ModelArgs::max_inflight: bulk copies the loader keeps in flight per SM (0 or >= num_slots: no cap,
+  // every free slot's copy issued at once). The latency probe (NOTES.md 2026-12-02) found 2 copies of 32 KiB in
+  // flight per SM enough for the whole read stream (4.57 TB/s), while an L2 load or a release on a streaming SM
+  // costs ~0.3-0.5 / ~2 us with 2 in flight and ~0.7-1 / ~7-9 us with 6. Measured 2026-12-03 on the H200 at ctx 32
+  // (NOTES.md, sixth session), us per step for caps none / 1 / 2 / 3 / 4: Llama-3.2-1B 787 / 785 / 769 / 786 / 786,
+  // Qwen3-1.7B 1205 / 1164 / 1176 / 1209 / 1209, Llama-3.1-8B 3825 / 4111 / 3764 / 3830 / 3830.
+  static constexpr int kMaxInflight = 2;
   // Default of ModelArgs::tagged_handoffs: 0, every hand-off through a counter (tagged.cuh; a benchmark variant).
   // The tagged code exists only in builds with -DKOG_TAGGED_HANDOFFS=1 (KOG_NVCC_FLAGS): inlined into the down
   // stage, its polling loop raised the default kernel's spills from 100 / 344 B to 272 / 840 B (stores / loads);
