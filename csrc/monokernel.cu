@@ -62,7 +62,9 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
                      const std::optional<at::Tensor>& logits_out, const std::optional<at::Tensor>& num_out,
                      const std::optional<at::Tensor>& stop_ids, at::Tensor& scratch, int64_t num_tokens,
                      int64_t head_dim, int64_t grid, int64_t smem_bytes,
-                     const std::optional<at::Tensor>& sample_seed, double temperature, int64_t tp_size) {
+                     const std::optional<at::Tensor>& sample_seed, double temperature, int64_t tp_size,
+                     const std::optional<at::Tensor>& launch_gate, int64_t gate_min,
+                     const std::optional<at::Tensor>& cancel, int64_t cancel_id) {
   const at::Device dev = model_args.device();
   check_cuda(model_args, "model_args", dev);
   TORCH_CHECK(model_args.scalar_type() == at::kByte && model_args.numel() == sizeof(ModelArgs),
@@ -126,6 +128,28 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
     TORCH_CHECK(stop_ids->scalar_type() == at::kLong, "kog monokernel: stop_ids must be int64");
     step.stop_ids = stop_ids->data_ptr<int64_t>();
     step.num_stop = static_cast<int32_t>(stop_ids->numel());
+  }
+  if (launch_gate.has_value()) {
+    check_cuda(*launch_gate, "launch_gate", dev);
+    TORCH_CHECK(launch_gate->scalar_type() == at::kInt && launch_gate->numel() >= 1,
+                "kog monokernel: launch_gate must be int32 [1]");
+    TORCH_CHECK(tp_size == 1, "kog monokernel: launch_gate needs tp_size 1");
+    step.launch_gate = launch_gate->data_ptr<int32_t>();
+    step.gate_min = static_cast<int32_t>(gate_min);
+  }
+  if (cancel.has_value()) {
+    // Read by the kernel while it runs: pinned host memory, through its device mapping.
+    TORCH_CHECK(cancel->device().is_cpu() && cancel->is_pinned() && cancel->scalar_type() == at::kLong &&
+                    cancel->numel() >= 1,
+                "kog monokernel: cancel must be a pinned CPU int64 [1] tensor");
+    TORCH_CHECK(tp_size == 1, "kog monokernel: cancel needs tp_size 1 (the ranks would decide apart)");
+    void* mapped = nullptr;
+    const cudaError_t err = cudaHostGetDevicePointer(&mapped, cancel->data_ptr(), 0);
+    if (err != cudaSuccess) (void)cudaGetLastError();  // not sticky: clear it before the check reports it
+    TORCH_CHECK(err == cudaSuccess, "kog monokernel: cancel is not mapped into the device's address space: ",
+                cudaGetErrorString(err));
+    step.cancel = static_cast<const int64_t*>(mapped);
+    step.cancel_id = cancel_id;
   }
 
   const c10::cuda::CUDAGuard guard(dev);

@@ -42,6 +42,10 @@ class KogConfig:
     # chi-square test against stock's (test_sampled_distribution.py, p = 0.95). False: such requests run the
     # kog path one token per step with vLLM's own sampler.
     sampled_bursts: bool = True
+    # With K > 1 and the monokernel on one GPU: queue each burst's successor on the GPU right behind it, before vLLM
+    # asks for it, so the GPU does not idle while the engine handles a step (kog_backend/run_ahead.py); a step that
+    # turns out different (a second request, a stop string, a fallback) abandons it within one token.
+    run_ahead: bool = False
     # Tensor parallelism > 1: run the TP monokernel (ranks exchange partial sums through CUDA IPC inside the kernel,
     # csrc/include/kog/tp.cuh). Verified on one H200 with 2 and 4 ranks sharing it under MPS
     # (integration_tests/test_tp_monokernel_gpu.py), not yet on several GPUs, hence off by default; off, TP > 1 is

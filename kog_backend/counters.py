@@ -34,6 +34,8 @@ class StepCounters:
         self.kog_steps = 0
         self.kog_tokens = 0
         self.fallbacks: Counter[str] = Counter()
+        self.run_ahead_used = 0  # bursts launched ahead (kog_backend/run_ahead.py) that vLLM's next step took
+        self.run_ahead_abandoned = 0  # ... that it did not (cancelled on the GPU)
         self.disabled_reason: str | None = None
         self.path = path
         self.flush_interval_s = flush_interval_s
@@ -45,6 +47,13 @@ class StepCounters:
     def record_kog(self, num_tokens: int = 1) -> None:
         self.kog_steps += 1
         self.kog_tokens += num_tokens
+        self._touch()
+
+    def record_run_ahead(self, used: bool) -> None:
+        if used:
+            self.run_ahead_used += 1
+        else:
+            self.run_ahead_abandoned += 1
         self._touch()
 
     def record_fallback(self, reason: str) -> None:
@@ -68,6 +77,8 @@ class StepCounters:
             "kog_tokens": self.kog_tokens,
             "fallback_steps": sum(self.fallbacks.values()),
             "fallbacks": dict(self.fallbacks.most_common()),
+            "run_ahead_used": self.run_ahead_used,
+            "run_ahead_abandoned": self.run_ahead_abandoned,
             "disabled_reason": self.disabled_reason,
         }
 

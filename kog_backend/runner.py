@@ -27,6 +27,7 @@ from vllm.v1.worker.gpu.sample.output import SamplerOutput
 from kog_backend import eligibility, model_spec, torch_step
 from kog_backend.config import KogConfig
 from kog_backend.counters import StepCounters, state_dir
+from kog_backend.run_ahead import BurstKey, PlannedLaunch, RunAhead, blocks_needed, next_burst_key
 
 logger = init_logger("kog_backend.runner")
 
@@ -91,6 +92,7 @@ class KogModelRunner(GPUModelRunnerV2):
         self._kog_gather_logits = None
         self._kog_logits_pending = False
         self._kog_stop_tensors: dict[tuple[int, ...], torch.Tensor] = {}
+        self._kog_run_ahead: RunAhead | None = None  # with the monokernel on one GPU, K > 1 and the run_ahead option
         reason = eligibility.server_unsupported_reason(vllm_config)
         if reason is not None:
             self._kog_disable(reason)
@@ -206,6 +208,8 @@ class KogModelRunner(GPUModelRunnerV2):
             return None
         vocab = self.model_config.get_vocab_size()
         self._kog_mk_logits = torch.empty(1, vocab, dtype=torch.bfloat16, device=self.device)
+        if self.kog_config.run_ahead and self._kog_tokens_per_step > 1:
+            self._kog_run_ahead = RunAhead(self.kog_counters)
         return "monokernel"
 
     def _kog_select_tp_monokernel(self) -> str | None:
@@ -253,6 +257,8 @@ class KogModelRunner(GPUModelRunnerV2):
             )
 
     def _remove_request(self, req_id: str) -> bool:
+        if self._kog_run_ahead is not None:
+            self._kog_run_ahead.abandon_request(req_id)
         if self._kog_requests.pop(req_id, None) is not None and not self._kog_requests:
             self.kog_counters.flush()  # idle: `kog stats` is current (at most one write per idle period)
         return super()._remove_request(req_id)
@@ -275,6 +281,8 @@ class KogModelRunner(GPUModelRunnerV2):
         skip_attn_for_dummy_run: bool = False,
         is_profile: bool = False,
     ) -> Any:
+        if self._kog_run_ahead is not None and (dummy_run or scheduler_output.total_num_scheduled_tokens == 0):
+            self._kog_run_ahead.abandon()
         if dummy_run or scheduler_output.total_num_scheduled_tokens == 0:
             return super().execute_model(
                 scheduler_output, intermediate_tensors, dummy_run, skip_attn_for_dummy_run, is_profile
@@ -283,6 +291,8 @@ class KogModelRunner(GPUModelRunnerV2):
         # add_requests; new requests make the step a prefill, which is refused before that matters.
         reason = self._kog_step_reason(scheduler_output)
         if reason is not None:
+            if self._kog_run_ahead is not None:  # before the stock step is queued behind it
+                self._kog_run_ahead.abandon()
             self.kog_counters.record_fallback(reason)
             return super().execute_model(
                 scheduler_output, intermediate_tensors, dummy_run, skip_attn_for_dummy_run, is_profile
@@ -375,7 +385,9 @@ class KogModelRunner(GPUModelRunnerV2):
                 # the group (their kernels time out, the torch step's all-reduce waits forever). Fail visibly.
                 raise
             self._kog_disable(f"monokernel launch failed: {e}")
-            self._kog_mk, self._kog_burst, self._kog_logits_pending = None, None, False
+            if self._kog_run_ahead is not None:
+                self._kog_run_ahead.abandon()
+            self._kog_mk, self._kog_burst, self._kog_logits_pending, self._kog_run_ahead = None, None, False, None
             return None, 1
 
     def _kog_monokernel(
@@ -388,6 +400,8 @@ class KogModelRunner(GPUModelRunnerV2):
         mk = self._kog_mk
         input_ids, positions = input_batch.input_ids[:1], input_batch.positions[:1]
         if k == 1:
+            if self._kog_run_ahead is not None:  # only bursts are launched ahead
+                self._kog_run_ahead.abandon()
             local = self._kog_mk_local_logits
             if local is None:
                 mk.step(input_ids, positions, block_table, slot_mapping, logits_out=self._kog_mk_logits[0])
@@ -405,13 +419,59 @@ class KogModelRunner(GPUModelRunnerV2):
             if not request.greedy:  # _kog_samples_bursts: the request's seed as vLLM's sampler holds it
                 seed = self.sampler.sampling_states.seeds.gpu[input_batch.idx_mapping[:1].long()]
                 temperature = request.burst_temperature
-            tokens, count = mk.generate(
-                input_ids, positions, block_table, slot_mapping, k, stop_ids=stop, sample_seed=seed,
-                temperature=temperature,
-            )
+            key = BurstKey(input_batch.req_ids[0], int(input_batch.num_computed_tokens_np[0]), k)
+            ahead = self._kog_run_ahead.take(key) if self._kog_run_ahead is not None else None
+            if ahead is not None:
+                tokens, count = ahead.tokens, ahead.count
+            else:
+                tokens, count = mk.generate(
+                    input_ids, positions, block_table, slot_mapping, k, stop_ids=stop, sample_seed=seed,
+                    temperature=temperature,
+                )
             self._kog_burst = (tokens.view(1, k), count, 1 - count)
+            if self._kog_run_ahead is not None:
+                self._kog_plan_run_ahead(key, tokens, count, input_batch, block_table, request, stop, seed, temperature)
         # sample_tokens reads no hidden state on the kog path (no prompt logprobs, no speculator).
         return self._kog_mk_logits
+
+    def _kog_plan_run_ahead(
+        self, key: BurstKey, tokens: torch.Tensor, count: torch.Tensor, input_batch: Any, block_table: torch.Tensor,
+        request: _KogRequest, stop: torch.Tensor, seed: torch.Tensor | None, temperature: float,
+    ) -> None:  # fmt: skip
+        """Plans the burst after `key` (kog_backend.run_ahead), queued by sample_tokens. Only into KV slots this
+        request holds: KogScheduler reserves 2K - 1 look-ahead slots while it runs alone, and a step scheduled
+        otherwise has fewer blocks, so nothing is planned."""
+        k = key.num_tokens
+        nxt = next_burst_key(
+            key, burst_length(self._kog_tokens_per_step, key.position + k, request.prompt_len, request.max_tokens,
+                              self.max_model_len),
+        )  # fmt: skip
+        if nxt is None:
+            return
+        block_size = self._kog_kv_caches[0].shape[2]
+        need = blocks_needed(nxt, block_size)
+        held = int(self.block_tables.num_blocks.np[0, input_batch.idx_mapping_np[0]])
+        if need > held or need > block_table.numel():
+            return
+        row = block_table[:need].clone()  # the next step rewrites vLLM's gathered rows (after this launch: stream order)
+        first = nxt.position // block_size
+        slot = row[first : first + 1].long() * block_size + nxt.position % block_size
+        self._kog_run_ahead.plan(PlannedLaunch(
+            key=nxt, input_ids=tokens[k - 1 : k], positions=input_batch.positions[:1] + k, block_table=row,
+            slot_mapping=slot, gate=count, gate_min=k, stop_ids=stop, sample_seed=seed, temperature=temperature,
+        ))  # fmt: skip
+
+    def sample_tokens(self, grammar_output: Any) -> Any:
+        out = super().sample_tokens(grammar_output)
+        # After vLLM queued the copy of this step's tokens (AsyncOutput waits for the stream as it is now), so the
+        # copy does not wait for the run-ahead burst.
+        if self._kog_run_ahead is not None and self._kog_run_ahead.planned is not None:
+            try:
+                self._kog_run_ahead.launch_planned(self._kog_mk)
+            except RuntimeError as e:  # a launcher check: this step's output stands; no more running ahead
+                logger.warning("kog: run-ahead launch failed, bursts launch on time from now on: %s", e)
+                self._kog_run_ahead = None
+        return out
 
     def sample(self, hidden_states: torch.Tensor, input_batch: Any, grammar_output: Any) -> Any:
         if self._kog_logits_pending:
@@ -448,5 +508,7 @@ class KogModelRunner(GPUModelRunnerV2):
         return hidden.view(1, -1)
 
     def shutdown(self) -> None:
+        if self._kog_run_ahead is not None:
+            self._kog_run_ahead.abandon()
         self.kog_counters.flush()
         super().shutdown()

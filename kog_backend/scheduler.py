@@ -34,7 +34,9 @@ class KogScheduler(Scheduler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         cfg = KogConfig.from_vllm_config(self.vllm_config)
-        self.kog_lookahead = cfg.tokens_per_step - 1 if cfg.enabled else 0
+        # K - 1 slots after the scheduled token for this step's burst, K more for the run-ahead burst behind it.
+        per_step = cfg.tokens_per_step * (2 if cfg.run_ahead else 1)
+        self.kog_lookahead = per_step - 1 if cfg.enabled and cfg.tokens_per_step > 1 else 0
         if self.num_spec_tokens:
             logger.warning("kog: speculative decoding is configured; multi-token kog steps are off")
             self.kog_lookahead = 0

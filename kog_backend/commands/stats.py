@@ -29,6 +29,8 @@ def run(args: argparse.Namespace) -> int:
         age = time.time() - s.get("updated", 0)
         print(f"{name}  pid {s.get('pid')} ({'running' if alive else 'exited'}), updated {age:.0f} s ago")
         print(f"  kog path: {s.get('kog_steps', 0)} steps, {s.get('kog_tokens', 0)} tokens")
+        if s.get("run_ahead_used") or s.get("run_ahead_abandoned"):
+            print(f"  run ahead: {s['run_ahead_used']} bursts used, {s['run_ahead_abandoned']} abandoned")
         print(f"  stock:    {s.get('fallback_steps', 0)} steps")
         for reason, count in s.get("fallbacks", {}).items():
             print(f"    {count:>8}  {reason}")

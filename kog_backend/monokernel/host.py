@@ -303,6 +303,10 @@ class Monokernel:
         sample_seed: torch.Tensor | None = None,
         temperature: float = 0.0,
         model_table: torch.Tensor | None = None,
+        launch_gate: torch.Tensor | None = None,
+        gate_min: int = 0,
+        cancel: torch.Tensor | None = None,
+        cancel_id: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Up to num_tokens tokens in one launch, each fed back as the next position's input (positions
         p, p + 1, ...; slots from block_table beyond the first). Stops after a token in stop_ids (int64 GPU).
@@ -310,7 +314,10 @@ class Monokernel:
         token vLLM's sampler draws with that temperature and no top-k, top-p or min-p (kog_backend.sampling
         keyed by the seed and each token's input position; fp32 Gumbel noise).
         Returns (tokens int64 [num_tokens], count int32 [1]); entries past count are unspecified.
-        model_table: a variant_table for benchmarks (default: this model's table)."""
+        model_table: a variant_table for benchmarks (default: this model's table).
+        Run-ahead launches (kog_backend.run_ahead; one GPU only): with launch_gate (int32 [1] GPU, written earlier on
+        the stream) the launch does nothing, count 0, unless launch_gate[0] >= gate_min; with cancel (pinned CPU
+        int64 [1]) it ends after the token in hand once cancel[0] >= cancel_id, that token stored as -1 - id."""
         if logits_out is not None and (logits_out.dim() != 2 or logits_out.shape[0] < num_tokens
                                        or logits_out.shape[1] < self.logical_vocab):
             raise ValueError(f"logits_out must be [>= {num_tokens}, >= {self.logical_vocab}]")
@@ -322,7 +329,7 @@ class Monokernel:
             self.model_table if model_table is None else model_table, input_ids, positions, block_table,
             slot_mapping, tokens, logits_out, count, stop_ids,
             self.scratch, num_tokens, self.head_dim, self.plan.grid, self.plan.smem_bytes, sample_seed,
-            float(temperature), self.tp_world,
+            float(temperature), self.tp_world, launch_gate, int(gate_min), cancel, int(cancel_id),
         )  # fmt: skip
         return tokens, count
 

@@ -128,6 +128,14 @@ struct StepArgs {
   const int64_t* stop_ids;     // [num_stop] or null
   const int64_t* sample_seed;  // [1] the request's vLLM sampling seed, or null: greedy
   float temperature;           // > 0 with sample_seed: Gumbel-max sampling as vLLM's sampler (no top-k/top-p/min-p)
+  // Run-ahead launches (kog_backend/run_ahead.py; TP = 1 only), both optional:
+  const int32_t* launch_gate;  // [1] device, or null: the launch produces nothing (no token, no cache or counter
+                               // write; num_out untouched) unless launch_gate[0] >= gate_min. Read once at entry:
+                               // written by an earlier kernel of the stream, so visible (stream order).
+  const int64_t* cancel;       // [1] pinned host memory (mapped, UVA), or null: once cancel[0] >= cancel_id the launch
+                               // ends after the token in hand, written to tokens_out as -1 - id
+  int64_t cancel_id;
+  int32_t gate_min;
   int64_t logits_stride;
   int32_t ids_int64;
   int32_t block_table_len;

@@ -584,6 +584,10 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
       // sampler keys it; the row key is the same for every row.
       const uint32_t rkey = kSampled ? rng::row_key(__ldg(step.sample_seed), pos) : 0u;
       uint64_t best = 0;
+      // The host's cancel word, read early (a PCIe round trip, ~1-2 us) so that the block finishing the LM head
+      // has it at hand; only the finisher's value is used, and it publishes its decision with the token.
+      const bool cancelled =
+          !kTP && step.cancel != nullptr && tid == 0 && ld_relaxed_sys_s64(step.cancel) >= step.cancel_id;
       if (mine > 0) {
         consumer_wait(ctrs, layer_counter_index(L - 1, nkv, C::kStageDown), next * n_down * nw, tp);
         rmsnorm_to_smem(x_s, tp ? layer_parts(m, L - 1, kPartDown, W, H) : last.down_out, last.rmid,
@@ -616,7 +620,8 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
         uint64_t k = grid_max_key(hdr.hot.argmax_slots, G);
         if (tid == 0) {
           if constexpr (tp) k = tp_best_key(m, k, e, W, rank, delta);
-          step.tokens_out[t] = static_cast<int64_t>(argmax_row(k));
+          const int64_t id = static_cast<int64_t>(argmax_row(k));
+          step.tokens_out[t] = cancelled ? -1 - id : id;  // every block reads it after the token-ready wait
           if (step.num_out != nullptr) step.num_out[0] = t + 1;
           st_release(counter(ctrs, kCtrTokenReady), next);
         }
@@ -628,7 +633,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
       consumer_wait(ctrs, kCtrTokenReady, next);
       if (tid == 0) tr.mark(t, L, kEvTokenSeen);
       const int64_t tok = static_cast<int64_t>(ld_cg_u64(step.tokens_out + t));
-      bool stop = false;
+      bool stop = tok < 0;  // cancelled (the run-ahead launch was abandoned by the host)
       for (int i = 0; i < step.num_stop; ++i) stop |= __ldg(step.stop_ids + i) == tok;
       if (tid == 0) {
         hdr.tok_stop = stop ? 1 : 0;
@@ -654,6 +659,9 @@ template <int D, bool kSampled, bool kTP>
 __global__ void __launch_bounds__(MonoConfig::kThreads, 1) monokernel_kernel(const __grid_constant__ StepArgs step) {
   extern __shared__ __align__(128) uint8_t smem[];
   SmemHeader& hdr = *reinterpret_cast<SmemHeader*>(smem);
+  // A run-ahead launch whose gate is closed (the burst before it ended early) does nothing at all: every block
+  // returns before touching shared memory, counters, caches or outputs, so the epoch stays where it was.
+  if (step.launch_gate != nullptr && *step.launch_gate < step.gate_min) return;
   const ModelArgs& m = *step.model;
   const int ns = static_cast<int>(m.num_slots);
   if (threadIdx.x >= 32 && threadIdx.x < 32 + MonoConfig::kMaxTP) {
