@@ -44,7 +44,9 @@ class KogConfig:
     sampled_bursts: bool = True
     # With K > 1 and the monokernel on one GPU: queue each burst's successor on the GPU right behind it, before vLLM
     # asks for it, so the GPU does not idle while the engine handles a step (kog_backend/run_ahead.py); a step that
-    # turns out different (a second request, a stop string, a fallback) abandons it within one token.
+    # turns out different (a second request, a stop string, a fallback) abandons it within one token. Off: on the
+    # H200 (2026-12-03, kog bench K = 32, Llama-3.2-1B shape) it ran 1,098 tok/s against 1,126 without, with the
+    # same tokens (benchmarks/NOTES.md, sixth session); the cancel-word read has been narrowed since, unmeasured.
     run_ahead: bool = False
     # Tensor parallelism > 1: run the TP monokernel (ranks exchange partial sums through CUDA IPC inside the kernel,
     # csrc/include/kog/tp.cuh). Verified on one H200 with 2 and 4 ranks sharing it under MPS

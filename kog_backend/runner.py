@@ -453,7 +453,9 @@ class KogModelRunner(GPUModelRunnerV2):
         held = int(self.block_tables.num_blocks.np[0, input_batch.idx_mapping_np[0]])
         if need > held or need > block_table.numel():
             return
-        row = block_table[:need].clone()  # the next step rewrites vLLM's gathered rows (after this launch: stream order)
+        # A copy: the next step rewrites vLLM's gathered rows (after this launch, in stream order, but a copy
+        # keeps the launch's inputs its own).
+        row = block_table[:need].clone()
         first = nxt.position // block_size
         slot = row[first : first + 1].long() * block_size + nxt.position % block_size
         self._kog_run_ahead.plan(PlannedLaunch(

@@ -584,10 +584,6 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
       // sampler keys it; the row key is the same for every row.
       const uint32_t rkey = kSampled ? rng::row_key(__ldg(step.sample_seed), pos) : 0u;
       uint64_t best = 0;
-      // The host's cancel word, read early (a PCIe round trip, ~1-2 us) so that the block finishing the LM head
-      // has it at hand; only the finisher's value is used, and it publishes its decision with the token.
-      const bool cancelled =
-          !kTP && step.cancel != nullptr && tid == 0 && ld_relaxed_sys_s64(step.cancel) >= step.cancel_id;
       if (mine > 0) {
         consumer_wait(ctrs, layer_counter_index(L - 1, nkv, C::kStageDown), next * n_down * nw, tp);
         rmsnorm_to_smem(x_s, tp ? layer_parts(m, L - 1, kPartDown, W, H) : last.down_out, last.rmid,
@@ -620,6 +616,10 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
         uint64_t k = grid_max_key(hdr.hot.argmax_slots, G);
         if (tid == 0) {
           if constexpr (tp) k = tp_best_key(m, k, e, W, rank, delta);
+          // The host's cancel word: one PCIe round trip (~1-2 us) per token, by the finisher only, which publishes
+          // its decision with the token. (Read by every block at the LM head's start, 132 reads of one host word
+          // per token, the run-ahead launches ran ~27 us per token slower: benchmarks/NOTES.md, sixth session.)
+          const bool cancelled = !kTP && step.cancel != nullptr && ld_relaxed_sys_s64(step.cancel) >= step.cancel_id;
           const int64_t id = static_cast<int64_t>(argmax_row(k));
           step.tokens_out[t] = cancelled ? -1 - id : id;  // every block reads it after the token-ready wait
           if (step.num_out != nullptr) step.num_out[0] = t + 1;
