@@ -48,6 +48,9 @@ class KogConfig:
     # H200 (2026-12-03, kog bench K = 32, Llama-3.2-1B shape) it ran 1,098 tok/s against 1,126 without, with the
     # same tokens (benchmarks/NOTES.md, sixth session); the cancel-word read has been narrowed since, unmeasured.
     run_ahead: bool = False
+    # Diagnosis: time each kog step on the host and each launch on the GPU (kog_backend/step_timeline.py); the last
+    # request's medians appear in `kog stats --json` and `kog bench`. Costs one stream synchronisation per request.
+    step_timeline: bool = False
     # Tensor parallelism > 1: run the TP monokernel (ranks exchange partial sums through CUDA IPC inside the kernel,
     # csrc/include/kog/tp.cuh). Verified on one H200 with 2 and 4 ranks sharing it under MPS
     # (integration_tests/test_tp_monokernel_gpu.py), not yet on several GPUs, hence off by default; off, TP > 1 is

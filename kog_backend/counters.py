@@ -36,6 +36,7 @@ class StepCounters:
         self.fallbacks: Counter[str] = Counter()
         self.run_ahead_used = 0  # bursts launched ahead (kog_backend/run_ahead.py) that vLLM's next step took
         self.run_ahead_abandoned = 0  # ... that it did not (cancelled on the GPU)
+        self.timeline: dict[str, float] | None = None  # the last request's step timeline (kog option step_timeline)
         self.disabled_reason: str | None = None
         self.path = path
         self.flush_interval_s = flush_interval_s
@@ -55,6 +56,11 @@ class StepCounters:
         else:
             self.run_ahead_abandoned += 1
         self._touch()
+
+    def record_timeline(self, summary: dict[str, float] | None) -> None:
+        if summary is not None:
+            self.timeline = summary
+            self._touch(force=True)
 
     def record_fallback(self, reason: str) -> None:
         if reason not in self.fallbacks:
@@ -80,6 +86,7 @@ class StepCounters:
             "run_ahead_used": self.run_ahead_used,
             "run_ahead_abandoned": self.run_ahead_abandoned,
             "disabled_reason": self.disabled_reason,
+            **({"timeline": self.timeline} if self.timeline is not None else {}),
         }
 
     def summary_line(self) -> str:

@@ -12,6 +12,7 @@ see an ordinary step. With tokens_per_step K > 1 and a greedy request, one kog s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from typing import Any
@@ -28,6 +29,7 @@ from kog_backend import eligibility, model_spec, torch_step
 from kog_backend.config import KogConfig
 from kog_backend.counters import StepCounters, state_dir
 from kog_backend.run_ahead import BurstKey, PlannedLaunch, RunAhead, blocks_needed, next_burst_key
+from kog_backend.step_timeline import StepTimeline
 
 logger = init_logger("kog_backend.runner")
 
@@ -93,6 +95,7 @@ class KogModelRunner(GPUModelRunnerV2):
         self._kog_logits_pending = False
         self._kog_stop_tensors: dict[tuple[int, ...], torch.Tensor] = {}
         self._kog_run_ahead: RunAhead | None = None  # with the monokernel on one GPU, K > 1 and the run_ahead option
+        self._kog_timeline = StepTimeline() if self.kog_config.step_timeline else None
         reason = eligibility.server_unsupported_reason(vllm_config)
         if reason is not None:
             self._kog_disable(reason)
@@ -260,6 +263,8 @@ class KogModelRunner(GPUModelRunnerV2):
         if self._kog_run_ahead is not None:
             self._kog_run_ahead.abandon_request(req_id)
         if self._kog_requests.pop(req_id, None) is not None and not self._kog_requests:
+            if self._kog_timeline is not None:
+                self.kog_counters.record_timeline(self._kog_timeline.summary())
             self.kog_counters.flush()  # idle: `kog stats` is current (at most one write per idle period)
         return super()._remove_request(req_id)
 
@@ -290,6 +295,8 @@ class KogModelRunner(GPUModelRunnerV2):
         # A step's request may be new in this very step, so the request-level reason is only known after
         # add_requests; new requests make the step a prefill, which is refused before that matters.
         reason = self._kog_step_reason(scheduler_output)
+        if self._kog_timeline is not None:
+            self._kog_timeline.execute_entry(kog_step=reason is None)
         if reason is not None:
             if self._kog_run_ahead is not None:  # before the stock step is queued behind it
                 self._kog_run_ahead.abandon()
@@ -404,9 +411,11 @@ class KogModelRunner(GPUModelRunnerV2):
                 self._kog_run_ahead.abandon()
             local = self._kog_mk_local_logits
             if local is None:
-                mk.step(input_ids, positions, block_table, slot_mapping, logits_out=self._kog_mk_logits[0])
+                with self._kog_launch_timed():
+                    mk.step(input_ids, positions, block_table, slot_mapping, logits_out=self._kog_mk_logits[0])
             else:  # tensor parallelism: this rank's vocabulary rows, then every rank's in order (padding cut off)
-                mk.step(input_ids, positions, block_table, slot_mapping, logits_out=local[0])
+                with self._kog_launch_timed():
+                    mk.step(input_ids, positions, block_table, slot_mapping, logits_out=local[0])
                 full = self._kog_gather_logits(local)
                 self._kog_mk_logits.copy_(full[:, : self._kog_mk_logits.shape[1]])
             self._kog_logits_pending = True
@@ -424,10 +433,11 @@ class KogModelRunner(GPUModelRunnerV2):
             if ahead is not None:
                 tokens, count = ahead.tokens, ahead.count
             else:
-                tokens, count = mk.generate(
-                    input_ids, positions, block_table, slot_mapping, k, stop_ids=stop, sample_seed=seed,
-                    temperature=temperature,
-                )
+                with self._kog_launch_timed():
+                    tokens, count = mk.generate(
+                        input_ids, positions, block_table, slot_mapping, k, stop_ids=stop, sample_seed=seed,
+                        temperature=temperature,
+                    )
             self._kog_burst = (tokens.view(1, k), count, 1 - count)
             if self._kog_run_ahead is not None:
                 self._kog_plan_run_ahead(key, tokens, count, input_batch, block_table, request, stop, seed, temperature)
@@ -469,11 +479,17 @@ class KogModelRunner(GPUModelRunnerV2):
         # copy does not wait for the run-ahead burst.
         if self._kog_run_ahead is not None and self._kog_run_ahead.planned is not None:
             try:
-                self._kog_run_ahead.launch_planned(self._kog_mk)
+                with self._kog_launch_timed():
+                    self._kog_run_ahead.launch_planned(self._kog_mk)
             except RuntimeError as e:  # a launcher check: this step's output stands; no more running ahead
                 logger.warning("kog: run-ahead launch failed, bursts launch on time from now on: %s", e)
                 self._kog_run_ahead = None
+        if self._kog_timeline is not None:
+            self._kog_timeline.sampled()
         return out
+
+    def _kog_launch_timed(self):
+        return self._kog_timeline.launch() if self._kog_timeline is not None else contextlib.nullcontext()
 
     def sample(self, hidden_states: torch.Tensor, input_batch: Any, grammar_output: Any) -> Any:
         if self._kog_logits_pending:

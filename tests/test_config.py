@@ -15,7 +15,8 @@ FIELDS = {f.name for f in dataclasses.fields(KogConfig)}
 def test_field_set_is_documented_one():
     # A new field needs parsing rules and tests here; this fails until both exist.
     assert FIELDS == {
-        "enabled", "step_impl", "tokens_per_step", "sampled_bursts", "run_ahead", "tp_monokernel", "state_dir"
+        "enabled", "step_impl", "tokens_per_step", "sampled_bursts", "run_ahead", "step_timeline", "tp_monokernel",
+        "state_dir",
     }
 
 
@@ -25,7 +26,7 @@ def test_defaults():
     assert (cfg.enabled, cfg.step_impl, cfg.tokens_per_step, cfg.state_dir) == (True, "auto", 32, "")
     assert cfg.sampled_bursts is True  # GPU-verified 2026-12-02 (config.py)
     assert cfg.tp_monokernel is False  # not yet verified on several GPUs (config.py)
-    assert cfg.run_ahead is False
+    assert cfg.run_ahead is False and cfg.step_timeline is False
 
 
 def test_worker_cls_names_the_kog_worker():
@@ -102,7 +103,7 @@ def test_error_is_a_value_error():
 
 def test_all_fields_together_round_trip():
     raw = {"enabled": False, "step_impl": "torch", "tokens_per_step": 4, "sampled_bursts": True, "run_ahead": True,
-           "tp_monokernel": True, "state_dir": "/tmp/x"}
+           "step_timeline": True, "tp_monokernel": True, "state_dir": "/tmp/x"}
     cfg = KogConfig.from_dict(raw)
     assert cfg.to_dict() == raw
     assert KogConfig.from_dict(cfg.to_dict()) == cfg

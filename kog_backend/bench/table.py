@@ -17,6 +17,17 @@ def _kog_steps(r: RunResult) -> str:
     return str(max((int(c.get("kog_steps", 0)) for c in r.counters), default=0))  # ranks count the same steps
 
 
+def _timelines(r: RunResult) -> list[str]:
+    """The last request's step timeline of each rank (kog option step_timeline; kog_backend/step_timeline.py)."""
+    out = []
+    for c in r.counters or ():
+        t = c.get("timeline")
+        if t:
+            parts = ", ".join(f"{k} {t[k]:.3f}" for k in ("period", "in_runner", "kernel", "gpu_gap") if k in t)
+            out.append(f"step timeline, medians over {int(t.get('launches', 0))} launches, ms: {parts}")
+    return out
+
+
 def header_lines(report: BenchReport) -> list[str]:
     h, s = report.host, report.settings
     lines = [
@@ -76,6 +87,7 @@ def format_table(report: BenchReport) -> str:
                 ]
             )
             notes.extend(f"{m.model} {r.impl}: {w}" for w in r.warnings)
+            notes.extend(f"{m.model} {r.impl}: {t}" for t in _timelines(r))
         if m.tokens_match is False:
             notes.append(
                 f"{m.model}: kog's greedy tokens differ from stock's from position {m.first_mismatch} (kog rounds "
