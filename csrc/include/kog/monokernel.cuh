@@ -618,7 +618,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
           if constexpr (tp) k = tp_best_key(m, k, e, W, rank, delta);
           // The host's cancel word: one PCIe round trip (~1-2 us) per token, by the finisher only, which publishes
           // its decision with the token. (Read by every block at the LM head's start, 132 reads of one host word
-          // per token, the run-ahead launches ran ~27 us per token slower: benchmarks/NOTES.md, sixth session.)
+          // per token, the run-ahead launches ran ~0.1 ms per token slower: benchmarks/NOTES.md, sixth session.)
           const bool cancelled = !kTP && step.cancel != nullptr && ld_relaxed_sys_s64(step.cancel) >= step.cancel_id;
           const int64_t id = static_cast<int64_t>(argmax_row(k));
           step.tokens_out[t] = cancelled ? -1 - id : id;  // every block reads it after the token-ready wait
