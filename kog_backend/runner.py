@@ -175,11 +175,12 @@ class KogModelRunner(GPUModelRunnerV2):
         if impl is None:
             return
         logger.info(
-            "kog: single-request decode steps run on the kog path (%s, %d layers, block size %d, %d tokens per step)",
+            "kog: single-request decode steps run on the kog path (%s, %d layers, block size %d, %d tokens per step%s)",
             impl,
             len(caches),
             caches[0].shape[2],
             self._kog_tokens_per_step,
+            ", bursts run ahead" if self._kog_run_ahead is not None else "",
         )
 
     def _kog_select_impl(self) -> str | None:
