@@ -46,16 +46,24 @@ def _engine_args(args: dict | None) -> str:
     return "vLLM defaults" if not args else ", ".join(f"`{k}={json.dumps(v)}`" for k, v in sorted(args.items()))
 
 
+def _k_and_options(settings: dict) -> str:
+    """K, and the kog options a run set beyond the implementation (a figure depends on them), e.g. run_ahead."""
+    k = f"K={settings.get('tokens_per_step') or 'default'}"
+    extra = {n: v for n, v in (settings.get("kog_options") or {}).items() if n not in ("step_impl", "tokens_per_step")}
+    return ", ".join([k] + [f"`{n}={json.dumps(v)}`" for n, v in sorted(extra.items())])
+
+
 def summary(reports: list[tuple[str, BenchReport]]) -> list[str]:
-    """Newest offline figure per model."""
+    """Newest offline figure per model from a run that timed both stock and kog (`--only` runs are listed under
+    Runs, not here: a speedup needs both sides of one invocation)."""
     seen: dict[str, list[str]] = {}
     for _, rep in reports:
         if rep.kind != "offline":
             continue
         for m in rep.models:
-            if m.model in seen:
-                continue
             stock, kog = m.row("stock"), m.row("kog")
+            if m.model in seen or stock is None or kog is None:
+                continue
             seen[m.model] = [
                 m.model,
                 _num(stock.tok_s if stock and stock.ok else None),
@@ -63,7 +71,7 @@ def summary(reports: list[tuple[str, BenchReport]]) -> list[str]:
                 "-" if m.speedup is None else f"{m.speedup:.2f}x",
                 _pct(kog.bw_share if kog and kog.ok else None),
                 _pct(stock.bw_share if stock and stock.ok else None),
-                f"K={rep.settings.get('tokens_per_step') or 'default'}",
+                _k_and_options(rep.settings),
                 _engine_args(rep.settings.get("engine_args")),
                 str(rep.host.get("gpu", "?")),
                 rep.date[:10],
@@ -72,7 +80,7 @@ def summary(reports: list[tuple[str, BenchReport]]) -> list[str]:
     if not seen:
         return []
     head = (
-        "| model | stock tok/s | kog tok/s | speedup | kog % of copy BW | stock % of copy BW | K | engine args | GPU "
+        "| model | stock tok/s | kog tok/s | speedup | kog % of copy BW | stock % of copy BW | K, kog options | engine args | GPU "
         "| date | commit |"
     )
     return [head, "|---|---:|---:|---:|---:|---:|---|---|---|---|---|"] + ["| " + " | ".join(r) + " |" for r in seen.values()]

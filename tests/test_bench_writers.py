@@ -307,6 +307,23 @@ def test_render_performance(tmp_path):
     assert "failed: RuntimeError: launch failed" in text
 
 
+def test_render_summary_needs_both_sides_and_shows_options(tmp_path):
+    render = _render_module()
+    both, kog_only = fake_report(seed=3), fake_report(seed=4)
+    both.settings["kog_options"] = {"step_impl": "monokernel", "run_ahead": True}
+    kog_only.date = "2026-12-09T12:00:00+00:00"  # newer, but no stock row
+    for m in kog_only.models:
+        m.rows = [r for r in m.rows if r.impl == "kog"]
+    paths = []
+    for name, rep in (("both", both), ("kog", kog_only)):
+        rep.save(str(tmp_path / f"{name}.json"))
+        paths.append(str(tmp_path / f"{name}.json"))
+    text = render.render(paths, str(tmp_path / "p.md"))
+    line = next(l for l in text.splitlines() if l.startswith("| llama-3.2-1b |"))
+    assert f"{both.models[0].row('stock').tok_s:.1f}" in line and "`run_ahead=true`" in line
+    assert "step_impl" not in line
+
+
 def test_render_default_paths_skip_engine_files(tmp_path, monkeypatch):
     render = _render_module()
     (tmp_path / "r1" / "logs").mkdir(parents=True)
