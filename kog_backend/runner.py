@@ -287,9 +287,8 @@ class KogModelRunner(GPUModelRunnerV2):
         skip_attn_for_dummy_run: bool = False,
         is_profile: bool = False,
     ) -> Any:
-        if self._kog_run_ahead is not None and (dummy_run or scheduler_output.total_num_scheduled_tokens == 0):
-            self._kog_run_ahead.abandon()
         if dummy_run or scheduler_output.total_num_scheduled_tokens == 0:
+            self._kog_abandon_run_ahead()
             return super().execute_model(
                 scheduler_output, intermediate_tensors, dummy_run, skip_attn_for_dummy_run, is_profile
             )
@@ -299,8 +298,7 @@ class KogModelRunner(GPUModelRunnerV2):
         if self._kog_timeline is not None:
             self._kog_timeline.execute_entry(kog_step=reason is None)
         if reason is not None:
-            if self._kog_run_ahead is not None:  # before the stock step is queued behind it
-                self._kog_run_ahead.abandon()
+            self._kog_abandon_run_ahead()  # before the stock step is queued behind it
             self.kog_counters.record_fallback(reason)
             return super().execute_model(
                 scheduler_output, intermediate_tensors, dummy_run, skip_attn_for_dummy_run, is_profile
@@ -393,8 +391,7 @@ class KogModelRunner(GPUModelRunnerV2):
                 # the group (their kernels time out, the torch step's all-reduce waits forever). Fail visibly.
                 raise
             self._kog_disable(f"monokernel launch failed: {e}")
-            if self._kog_run_ahead is not None:
-                self._kog_run_ahead.abandon()
+            self._kog_abandon_run_ahead()
             self._kog_mk, self._kog_burst, self._kog_logits_pending, self._kog_run_ahead = None, None, False, None
             return None, 1
 
@@ -408,8 +405,7 @@ class KogModelRunner(GPUModelRunnerV2):
         mk = self._kog_mk
         input_ids, positions = input_batch.input_ids[:1], input_batch.positions[:1]
         if k == 1:
-            if self._kog_run_ahead is not None:  # only bursts are launched ahead
-                self._kog_run_ahead.abandon()
+            self._kog_abandon_run_ahead()  # only bursts are launched ahead
             local = self._kog_mk_local_logits
             if local is None:
                 with self._kog_launch_timed():
@@ -489,6 +485,11 @@ class KogModelRunner(GPUModelRunnerV2):
             self._kog_timeline.sampled()
         return out
 
+    def _kog_abandon_run_ahead(self) -> None:
+        """Nothing launched ahead will be used (kog_backend.run_ahead: cancelled on the GPU)."""
+        if self._kog_run_ahead is not None:
+            self._kog_run_ahead.abandon()
+
     def _kog_launch_timed(self):
         return self._kog_timeline.launch() if self._kog_timeline is not None else contextlib.nullcontext()
 
@@ -527,7 +528,6 @@ class KogModelRunner(GPUModelRunnerV2):
         return hidden.view(1, -1)
 
     def shutdown(self) -> None:
-        if self._kog_run_ahead is not None:
-            self._kog_run_ahead.abandon()
+        self._kog_abandon_run_ahead()
         self.kog_counters.flush()
         super().shutdown()
