@@ -28,12 +28,14 @@ SCHEDULER = "kog_backend.scheduler.KogScheduler"
 IMPL = os.environ.get("KOG_TEST_IMPL", "torch")  # run again with KOG_TEST_IMPL=monokernel
 
 
-def multi_kwargs(k: int, **over):
+def multi_kwargs(k: int, options=None, **over):
+    """Engine arguments for K tokens per step; `options`: further kog options (they may override step_impl)."""
     # Every K schedules synchronously (K > 1 requires it; for K = 1 it is vLLM's async default in production):
     # with async scheduling the K = 1 engine has scheduled the first request's next token before a test adds the
     # second, which would then join one token later than in the K > 1 run.
     extra = dict(scheduler_cls=SCHEDULER) if k > 1 else {}
-    return kog_kwargs({"tokens_per_step": k, "step_impl": IMPL}, async_scheduling=False, **extra, **over)
+    kog = {"tokens_per_step": k, "step_impl": IMPL, **(options or {})}
+    return kog_kwargs(kog, async_scheduling=False, **extra, **over)
 
 
 @pytest.fixture(scope="module")

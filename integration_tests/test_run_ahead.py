@@ -12,8 +12,8 @@ import os
 
 import pytest
 
-from test_multi_token import SCHEDULER, _greedy, _staggered_child
-from vllm_helpers import first_mismatch, kog_kwargs, kog_stats, random_prompts, run_in_spawned_child, token_ids
+from test_multi_token import _greedy, _staggered_child, multi_kwargs
+from vllm_helpers import first_mismatch, kog_stats, random_prompts, run_in_spawned_child, token_ids
 
 pytestmark = pytest.mark.vllm_gpu
 
@@ -22,9 +22,7 @@ K = 32
 
 
 def ra_kwargs(k: int, run_ahead: bool, **over):
-    extra = dict(scheduler_cls=SCHEDULER) if k > 1 else {}
-    options = {"tokens_per_step": k, "step_impl": "monokernel", "run_ahead": run_ahead}
-    return kog_kwargs(options, async_scheduling=False, **extra, **over)
+    return multi_kwargs(k, {"step_impl": "monokernel", "run_ahead": run_ahead}, **over)
 
 
 @pytest.fixture(scope="module")
