@@ -70,7 +70,9 @@ def test_config_matches_header():
     assert int(re.search(r"layer_counter_count\(int num_kv_heads\) \{ return (\d+) \+", sync).group(1)) == (
         layout.CONFIG["layer_counter_count_0"]
     )
-    assert set(hdr) <= set(layout.CONFIG) | {"kConsumerThreads", "kLoaderWarp", "kMaxNormIters", "kEpilogueBatch"} | {
+    assert set(hdr) <= set(layout.CONFIG) | {
+        "kConsumerThreads", "kLoaderWarp", "kMaxNormIters", "kEpilogueBatch", "kLoaderRegs", "kConsumerRegs"
+    } | {
         f"kStage{n}" for n in ("QKV", "O", "GU", "Down", "LM")
     }
     assert layout.attn_work_floats(64) == layout.CONFIG["attn_work_floats_64"]

@@ -72,7 +72,7 @@ LAYER_FIELDS: tuple[str, ...] = (
 # kog::MonoConfig and derived constants, in the order kog::monokernel_config() returns them.
 CONFIG: dict[str, int] = {
     "kConsumerWarps": 8,
-    "kThreads": 288,
+    "kThreads": 384,
     "kSlotBytes": 32 * 1024,
     "kMaxSlots": 12,
     "kMinSlots": 2,

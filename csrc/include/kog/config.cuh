@@ -7,11 +7,18 @@
 namespace kog {
 
 struct MonoConfig {
-  // Block shape: warp 0..kConsumerWarps-1 compute, the last warp streams weights (one elected lane).
+  // Block shape: warp 0..kConsumerWarps-1 compute (two warpgroups); a third warpgroup, whose first warp streams
+  // weights (one elected lane) and whose other three exit at once, exists so that registers can move between
+  // warpgroups (setmaxnreg works per warpgroup). With 9 warps ptxas capped every thread at 168 registers (a
+  // sub-partition's 16 K registers over its 3 warps) and the consumers spilled.
   static constexpr int kConsumerWarps = 8;
   static constexpr int kConsumerThreads = kConsumerWarps * 32;
-  static constexpr int kThreads = kConsumerThreads + 32;
+  static constexpr int kThreads = kConsumerThreads + 128;
   static constexpr int kLoaderWarp = kConsumerWarps;
+  // Registers per thread after the role split (setmaxnreg): the loader's warpgroup gives registers back, the
+  // consumers' take them; the two together fit the 64 K register file.
+  static constexpr int kLoaderRegs = 56;
+  static constexpr int kConsumerRegs = 224;
 
   // Weight ring in shared memory: kMaxSlots slots of kSlotBytes; the launcher uses as many as fit next to the
   // input-vector buffer (6 for Llama-3.2-1B and Llama-3.1-8B: 192 KiB in flight per SM, ~6 us of one SM's share
@@ -110,6 +117,12 @@ struct MonoConfig {
 };
 
 static_assert(MonoConfig::kConsumerWarps == 8, "gemv and attention index math assumes 8 consumer warps");
+static_assert(MonoConfig::kThreads % 128 == 0 && MonoConfig::kConsumerThreads % 128 == 0, "whole warpgroups");
+static_assert(MonoConfig::kConsumerThreads * MonoConfig::kConsumerRegs +
+                      (MonoConfig::kThreads - MonoConfig::kConsumerThreads) * MonoConfig::kLoaderRegs <= 65536 &&
+                  MonoConfig::kConsumerRegs % 8 == 0 && MonoConfig::kLoaderRegs % 8 == 0 &&
+                  MonoConfig::kLoaderRegs >= 24 && MonoConfig::kConsumerRegs <= 256,
+              "setmaxnreg: multiples of 8 in [24, 256] that fit the register file");
 static_assert(MonoConfig::kSlotBytes % 16 == 0, "bulk copies move multiples of 16 bytes");
 static_assert(MonoConfig::kMaxSlots * MonoConfig::kSlotBytes + MonoConfig::kHeaderBytes <= 400 * 1024,
               "ring bound");

@@ -690,10 +690,12 @@ __global__ void __launch_bounds__(MonoConfig::kThreads, 1) monokernel_kernel(con
   }
   __syncthreads();
   uint8_t* ring = smem + MonoConfig::kHeaderBytes + m.work_bytes;
-  if (threadIdx.x / 32 == MonoConfig::kLoaderWarp) {
-    if ((threadIdx.x & 31) == 0) run_loader(m, step, hdr, ring);
+  if (threadIdx.x >= MonoConfig::kConsumerThreads) {
+    setmaxnreg_dec<MonoConfig::kLoaderRegs>();
+    if (threadIdx.x == MonoConfig::kLoaderWarp * 32) run_loader(m, step, hdr, ring);
     return;
   }
+  setmaxnreg_inc<MonoConfig::kConsumerRegs>();
   const uint32_t epoch0 = ld_relaxed(counter(m.counters, kCtrEpoch));
   run_consumers<D, kSampled, kTP>(m, step, hdr, reinterpret_cast<bf16*>(smem + MonoConfig::kHeaderBytes),
                    reinterpret_cast<float*>(smem + MonoConfig::kHeaderBytes), ring, epoch0);

@@ -101,6 +101,16 @@ __device__ __noinline__ void record_abort(uint32_t* ctrs, uint32_t site, uint32_
   }
 }
 
+// ---- register reallocation between warpgroups (sm_90; every thread of the warpgroup executes it) ------------------
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+
 // ---- consumer-warp barriers (the loader warp never joins) ------------------------------------------------------
 // Hardware barrier ids: 0 __syncthreads, 1 all consumer warps.
 __device__ __forceinline__ void consumer_sync() {
