@@ -16,7 +16,11 @@ struct MonoConfig {
   static constexpr int kThreads = kConsumerThreads + 128;
   static constexpr int kLoaderWarp = kConsumerWarps;
   // Registers per thread after the role split (setmaxnreg): the loader's warpgroup gives registers back, the
-  // consumers' take them; the two together fit the 64 K register file.
+  // consumers' take them; the two together fit the 64 K register file. Measured 2026-12-03 on the H200 (NOTES.md,
+  // seventh session; one call, each build twice): 9 warps at 168 registers (80 / 264 B spilled) against this split
+  // (no spill): Llama-3.2-1B 773 -> 757 us per step at ctx 32, 929 -> 899 at 4k; Qwen3-1.7B 1174 -> 1147;
+  // Llama-3.1-8B 3801 -> 3748, 4383 -> 4271. Also holding each lane's slice of x in 32 of the new registers (no
+  // re-read from shared memory per chunk) was slower than the split alone (770 us), so x stays in shared memory.
   static constexpr int kLoaderRegs = 56;
   static constexpr int kConsumerRegs = 224;
 
