@@ -18,7 +18,7 @@ import pytest
 from kog_backend.counters import read_all
 from servers import SERVE, Server
 from test_teacher_forcing import ATOL
-from vllm_helpers import first_mismatch
+from vllm_helpers import first_mismatch, kog_option_args
 
 pytestmark = pytest.mark.vllm_gpu
 
@@ -65,7 +65,7 @@ def _counters(state_dir) -> dict:
 def servers(checkpoint, tmp_path_factory):
     model = checkpoint("llama-3.2-1b")
     state = tmp_path_factory.mktemp("kog-state")
-    kog = Server(model, ["--backend", "kog"] + COMMON, env={"KOG_STATE_DIR": str(state)}).start()
+    kog = Server(model, ["--backend", "kog", *kog_option_args()] + COMMON, env={"KOG_STATE_DIR": str(state)}).start()
     stock = Server(model, ["--backend", "stock"] + COMMON).start()
     yield kog, stock, state
     kog.stop()

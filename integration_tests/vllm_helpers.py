@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
+import os
 import random
 
 KOG_WORKER = "kog_backend.worker.KogWorker"
@@ -20,8 +22,25 @@ def engine_kwargs(**over):
     return kw
 
 
+def env_kog_options() -> dict:
+    """KOG_TEST_KOG_OPTIONS, a JSON object: kog options every test engine gets unless its test sets them itself
+    (e.g. '{"run_ahead": true}' runs a whole test file with run-ahead bursts)."""
+    raw = os.environ.get("KOG_TEST_KOG_OPTIONS") or "{}"
+    opts = json.loads(raw)
+    if not isinstance(opts, dict):
+        raise ValueError(f"KOG_TEST_KOG_OPTIONS must be a JSON object, got {raw!r}")
+    return opts
+
+
+def kog_option_args() -> list[str]:
+    """KOG_TEST_KOG_OPTIONS as `vllm serve --kog-options` arguments (none when unset)."""
+    opts = env_kog_options()
+    return ["--kog-options", json.dumps(opts)] if opts else []
+
+
 def kog_kwargs(kog_options=None, **over):
-    return engine_kwargs(worker_cls=KOG_WORKER, additional_config={"kog": dict(kog_options or {})}, **over)
+    kog = {**env_kog_options(), **(kog_options or {})}
+    return engine_kwargs(worker_cls=KOG_WORKER, additional_config={"kog": kog}, **over)
 
 
 def random_prompts(n: int, lengths, vocab: int, seed: int = 1234):
