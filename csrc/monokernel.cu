@@ -137,6 +137,8 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
     step.launch_gate = launch_gate->data_ptr<int32_t>();
     step.gate_min = static_cast<int32_t>(gate_min);
   }
+  // Before any runtime call: cudaHostGetDevicePointer below answers for the current device.
+  const c10::cuda::CUDAGuard guard(dev);
   if (cancel.has_value()) {
     // Read by the kernel while it runs: pinned host memory, through its device mapping.
     TORCH_CHECK(cancel->device().is_cpu() && cancel->is_pinned() && cancel->scalar_type() == at::kLong &&
@@ -152,7 +154,6 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
     step.cancel_id = cancel_id;
   }
 
-  const c10::cuda::CUDAGuard guard(dev);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev.index()).stream();
   const int g = static_cast<int>(grid), sm = static_cast<int>(smem_bytes);
   const bool sampled = step.sample_seed != nullptr;
