@@ -20,17 +20,9 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "check.cuh"
 #include "kog/sync.cuh"
 #include "kog/trace.cuh"
-
-#define CK(x)                                                                     \
-  do {                                                                            \
-    cudaError_t e_ = (x);                                                         \
-    if (e_ != cudaSuccess) {                                                      \
-      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      exit(1);                                                                    \
-    }                                                                             \
-  } while (0)
 
 constexpr int kSlot = 32 * 1024;
 constexpr int kMaxSlots = 6;

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "check.cuh"
 #include "kog/sync.cuh"
 #include "kog/trace.cuh"
 
@@ -25,15 +26,6 @@ using kog::atom_acq_rel_add;
 using kog::ld_acquire;
 using kog::ld_relaxed;
 using kog::st_release;
-
-#define CK(x)                                                                     \
-  do {                                                                            \
-    cudaError_t e_ = (x);                                                         \
-    if (e_ != cudaSuccess) {                                                      \
-      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      exit(1);                                                                    \
-    }                                                                             \
-  } while (0)
 
 constexpr int kSlot = 32 * 1024;
 constexpr int kChase = 64 * 1024 / 4;  // words in the chase table
