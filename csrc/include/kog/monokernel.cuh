@@ -69,17 +69,17 @@ struct ChunkCursor {
   bool done;
   const bf16* w;  // weight matrix of stage (l, st): read from global memory once per stage, not per chunk
 
-  __device__ __forceinline__ void start(const HotArgs& m, const StageGeom* geo, int num_tokens) {
+  __device__ __forceinline__ void start(const HotArgs& h, const StageGeom* geo, int num_tokens) {
     t = 0;
     l = 0;
     st = MonoConfig::kStageQKV;
     base = 0;
     done = num_tokens <= 0;
     c = first_chunk(blockIdx.x, base, gridDim.x);
-    settle(m, geo, num_tokens, true);
+    settle(h, geo, num_tokens, true);
   }
   // Moves past stages in which this block owns no (more) chunks.
-  __device__ __forceinline__ void settle(const HotArgs& m, const StageGeom* geo, int num_tokens, bool moved) {
+  __device__ __forceinline__ void settle(const HotArgs& h, const StageGeom* geo, int num_tokens, bool moved) {
     const int G = gridDim.x;
     while (!done && c >= geo[st].chunks) {
       base = (base + geo[st].chunks) % G;
@@ -90,18 +90,18 @@ struct ChunkCursor {
         done = t >= num_tokens;
       } else if (st == MonoConfig::kStageDown) {
         ++l;
-        st = l == m.num_layers ? MonoConfig::kStageLM : MonoConfig::kStageQKV;
+        st = l == h.num_layers ? MonoConfig::kStageLM : MonoConfig::kStageQKV;
       } else {
         ++st;
       }
       c = first_chunk(blockIdx.x, base, G);
       moved = true;
     }
-    if (moved && !done) w = st == MonoConfig::kStageLM ? m.lm_head : stage_weight(m, m.layers[l], st);
+    if (moved && !done) w = st == MonoConfig::kStageLM ? h.lm_head : stage_weight(h, h.layers[l], st);
   }
-  __device__ __forceinline__ void advance(const HotArgs& m, const StageGeom* geo, int num_tokens) {
+  __device__ __forceinline__ void advance(const HotArgs& h, const StageGeom* geo, int num_tokens) {
     c += gridDim.x;
-    settle(m, geo, num_tokens, false);
+    settle(h, geo, num_tokens, false);
   }
   __device__ __forceinline__ Chunk chunk(const StageGeom* geo) const {
     return chunk_of(geo[st], w, st == MonoConfig::kStageGU, c);

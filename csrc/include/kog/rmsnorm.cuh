@@ -22,9 +22,10 @@ __device__ __forceinline__ float consumer_sum(float v, float* red) {
   return t;
 }
 
-// x_s[0:H] = rmsnorm(a + b) * w as bf16 (w: read-only for the launch). a, b: bf16 [H] in global memory (possibly written by other blocks in
-// this launch: read through L2). With na > 1, a is na partial sums a_stride elements apart (tensor-parallel ranks)
-// and stands for bf16(a_0 + a_1 + ... in fp32, rank order): the all-reduce's result. Ends with a consumer barrier.
+// x_s[0:H] = rmsnorm(a + b) * w as bf16 (w: read-only for the launch). a, b: bf16 [H] in global memory (possibly
+// written by other blocks in this launch: read through L2). With na > 1, a is na partial sums a_stride elements
+// apart (tensor-parallel ranks) and stands for bf16(a_0 + a_1 + ... in fp32, rank order): the all-reduce's result.
+// Ends with a consumer barrier.
 __device__ __forceinline__ void rmsnorm_to_smem(bf16* x_s, const bf16* a, const bf16* b, const bf16* w, int H,
                                                 float eps, float* red, int na = 1, int a_stride = 0) {
   constexpr int kIt = MonoConfig::kMaxNormIters;
