@@ -45,11 +45,11 @@ class KogConfig:
     # With K > 1 and the monokernel on one GPU: queue each burst's successor on the GPU right behind it, before vLLM
     # asks for it, so the GPU does not idle while the engine handles a step (kog_backend/run_ahead.py); a step that
     # turns out different (a second request, a stop string, a fallback) abandons it within one token. Measured on
-    # the H200 (2026-12-03, kog bench K = 32, Llama-3.2-1B shape; benchmarks/NOTES.md, seventh session): 1,232 tok/s
-    # with it, the GPU's gap between bursts 0.07 ms (without: ~1,126 tok/s and a ~2.5 ms gap per burst), and every
-    # test of integration_tests/test_run_ahead.py passed. Off until test_multi_token.py, test_sampled_distribution.py
-    # and the serve tests have run with it on.
-    run_ahead: bool = False
+    # the H200 (2026-12-03, kog bench K = 32, Llama-3.2-1B shape; benchmarks/NOTES.md, seventh and eighth sessions):
+    # 1,269.5 tok/s with it against stock's 600.2 in the same run (without it: ~1,126 tok/s, a ~2.5 ms GPU gap per
+    # burst). On by default since every test of test_run_ahead.py, test_multi_token.py (monokernel),
+    # test_sampled_distribution.py (monokernel) and test_serve.py passed with it on (eighth session).
+    run_ahead: bool = True
     # Diagnosis: time each kog step on the host and each launch on the GPU (kog_backend/step_timeline.py); the last
     # request's medians appear in `kog stats --json` and `kog bench`. Costs one stream synchronisation per request.
     step_timeline: bool = False

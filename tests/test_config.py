@@ -26,7 +26,7 @@ def test_defaults():
     assert (cfg.enabled, cfg.step_impl, cfg.tokens_per_step, cfg.state_dir) == (True, "auto", 32, "")
     assert cfg.sampled_bursts is True  # GPU-verified 2026-12-02 (config.py)
     assert cfg.tp_monokernel is False  # not yet verified on several GPUs (config.py)
-    assert cfg.run_ahead is False and cfg.step_timeline is False
+    assert cfg.run_ahead is True and cfg.step_timeline is False
 
 
 def test_worker_cls_names_the_kog_worker():
