@@ -34,8 +34,11 @@ class KogScheduler(Scheduler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         cfg = KogConfig.from_vllm_config(self.vllm_config)
-        # K - 1 slots after the scheduled token for this step's burst, K more for the run-ahead burst behind it.
-        per_step = cfg.tokens_per_step * (2 if cfg.run_ahead else 1)
+        # K - 1 slots after the scheduled token for this step's burst, K more for the run-ahead burst behind it
+        # (only where the runner can run ahead: the monokernel on one GPU, runner._kog_select_impl).
+        one_gpu = self.vllm_config.parallel_config.tensor_parallel_size == 1
+        ahead = cfg.run_ahead and cfg.step_impl != "torch" and one_gpu
+        per_step = cfg.tokens_per_step * (2 if ahead else 1)
         self.kog_lookahead = per_step - 1 if cfg.enabled and cfg.tokens_per_step > 1 else 0
         if self.num_spec_tokens:
             logger.warning("kog: speculative decoding is configured; multi-token kog steps are off")

@@ -30,7 +30,7 @@ def make_scheduler(checkpoint, monkeypatch):
 
     from kog_backend.scheduler import KogScheduler
 
-    def make(tokens_per_step=K, num_blocks=64, run_ahead=False):
+    def make(tokens_per_step=K, num_blocks=64, run_ahead=False, step_impl="auto"):
         mc = ModelConfig(model=checkpoint, max_model_len=512, dtype="bfloat16", skip_tokenizer_init=True)
         sc = SchedulerConfig.default_factory(
             max_model_len=512, max_num_seqs=8, max_num_batched_tokens=2048, async_scheduling=False,
@@ -38,7 +38,10 @@ def make_scheduler(checkpoint, monkeypatch):
         )
         vc = VllmConfig(
             model_config=mc, cache_config=CacheConfig(block_size=BLOCK), scheduler_config=sc,
-            device_config=DeviceConfig(device="cpu"), additional_config={"kog": {"tokens_per_step": tokens_per_step, "run_ahead": run_ahead}},
+            device_config=DeviceConfig(device="cpu"),
+            additional_config={
+                "kog": {"tokens_per_step": tokens_per_step, "run_ahead": run_ahead, "step_impl": step_impl},
+            },
         )
         vc.cache_config.num_gpu_blocks = num_blocks
         spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=2, head_size=64, dtype=torch.bfloat16)
@@ -142,3 +145,5 @@ def test_run_ahead_reserves_two_bursts(make_scheduler):
     _step(s, {"a": [8, 9, 10, 11]})
     assert _num_slots(s, "a") >= 31 + 2 * K and r.num_computed_tokens == 31 + K
     assert make_scheduler(tokens_per_step=1, run_ahead=True).kog_lookahead == 0
+    # The torch step never runs ahead (nor does TP > 1): one burst's slots only.
+    assert make_scheduler(run_ahead=True, step_impl="torch").kog_lookahead == K - 1
