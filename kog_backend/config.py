@@ -47,8 +47,8 @@ class KogConfig:
     # turns out different (a second request, a stop string, a fallback) abandons it within one token. Measured on
     # the H200 (2026-12-03, kog bench K = 32, Llama-3.2-1B shape; benchmarks/NOTES.md, seventh and eighth sessions):
     # 1,269.5 tok/s with it against stock's 600.2 in the same run (without it: ~1,126 tok/s, a ~2.5 ms GPU gap per
-    # burst). On by default since every test of test_run_ahead.py, test_multi_token.py (monokernel),
-    # test_sampled_distribution.py (monokernel) and test_serve.py passed with it on (eighth session).
+    # burst). On by default: every test of test_run_ahead.py passed (sixth and seventh sessions), and
+    # test_multi_token.py and test_sampled_distribution.py (monokernel) and test_serve.py with it on (eighth).
     run_ahead: bool = True
     # Diagnosis: time each kog step on the host and each launch on the GPU (kog_backend/step_timeline.py); the last
     # request's medians appear in `kog stats --json` and `kog bench`. Costs one stream synchronisation per request.
