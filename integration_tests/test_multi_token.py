@@ -196,3 +196,32 @@ def test_stop_string_mid_burst(checkpoint):
     got = sixteen.generate([prompt], SamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True, stop=[stop]))[0].outputs[0]
     assert got.text == want.text and got.finish_reason == want.finish_reason == "stop"
     assert stop not in got.text
+
+
+def test_prompts_that_fill_max_model_len(checkpoint):
+    """Bursts stop at max_model_len: prompts 1, 2, 9 and 40 tokens short of it (max_tokens 100) and max_tokens 1
+    end where K = 1 and stock end them (finish reason "length"), with K = 32 and the default options (run-ahead:
+    2K - 1 look-ahead slots reserved by the scheduler), so no burst writes past the request's last KV slot."""
+    from vllm import LLM
+
+    from vllm_helpers import engine_kwargs
+
+    path = checkpoint("tiny-llama")
+    n = 256
+    small = dict(gpu_memory_utilization=0.06, max_model_len=n)
+    stock = LLM(model=path, **engine_kwargs(async_scheduling=False, **small))
+    one = LLM(model=path, **multi_kwargs(1, **small))
+    k32 = LLM(model=path, **multi_kwargs(32, **small))
+    vocab = stock.llm_engine.model_config.get_vocab_size()
+    for plen, max_tokens in ((n - 1, 100), (n - 2, 100), (n - 9, 100), (n - 40, 100), (20, 1)):
+        prompt = random_prompts(1, [plen], vocab, seed=plen)[0]
+        outs = {name: llm.generate([prompt], _greedy(max_tokens, ignore_eos=True))[0].outputs[0]
+                for name, llm in (("stock", stock), ("k1", one), ("k32", k32))}  # fmt: skip
+        want = min(max_tokens, n - plen)
+        for name, o in outs.items():
+            got = (len(o.token_ids), o.finish_reason)
+            assert got == (want, "length"), (plen, name, got)
+        a, b = list(outs["k32"].token_ids), list(outs["k1"].token_ids)
+        assert a == b, (plen, first_mismatch(a, b))
+    stats = kog_stats(k32)
+    assert stats["kog_tokens"] > stats["kog_steps"] > 0, stats  # the 40-short prompt ran bursts of several tokens
