@@ -96,7 +96,7 @@ CONFIG: dict[str, int] = {
     "kTraceEvents": 15,
     "kMaxTP": 8,
     "kCtrTpLM": 9,
-    "kStageEndCopies": 12,
+    "kStageEndCopies": 2,
     "kAttnEndCopies": 12,
     "kHandoffQueue": 16,
     "kAttnSingleCtx": 64,

@@ -1,4 +1,4 @@
-// The loader's hold around a block's hand-offs (a benchmark variant; off by default, docs/monokernel.md item 9).
+// The loader's hold around a block's hand-offs (docs/monokernel.md item 9; on at stage ends by default, h = 2).
 //
 // A hand-off ends with a release (the stage's counter signal, the attention split's publish), and a release on an
 // SM waits for the bulk copies that SM has in flight: ~1 us with none while the other SMs stream, ~2 us with two
