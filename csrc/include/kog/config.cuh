@@ -46,9 +46,10 @@ struct MonoConfig {
   // Defaults of ModelArgs::stage_end_copies / attn_end_copies, the loader's hold around a block's hand-offs
   // (handoff_hold.cuh): a release waits for the bulk copies its SM has in flight (~1 us with none while the others
   // stream, 5-7 us with six; NOTES.md 2026-12-02). kMaxSlots: no hold. Stage ends: 2, measured 2026-12-03 on the
-  // H200 (NOTES.md, ninth session) with kMaxInflight = 2, ctx 32, us per step for S:A = 12:12 / 1:12 / 2:12 /
-  // 12:1 / 12:2 / 2:2: Llama-3.2-1B 769.5 / 759.7 / 748.0 / 765.9 / 765.8 / 749.2, Qwen3-1.7B 1143.7 / 1114.5 /
-  // 1100.5 / 1140.0 / 1135.2 / 1108.4 (with six copies in flight, the fifth session, every hold was slower).
+  // H200 (NOTES.md, ninth session) with kMaxInflight = 2, us per step at ctx 32 for S:A = 12:12 / 1:12 / 2:12 /
+  // 3:12 / 4:12: Llama-3.2-1B 751.8 / 729.1 / 715.9 / 723.6 / 724.0, Qwen3-1.7B 1143.4 / 1109.5 / 1100.3 / 1093.6
+  // / 1100.7, Llama-3.1-8B 3703.1 / 3663.1 / 3655.6 / 3666.9 / 3679.9; holding the attention split (12:1, 12:2)
+  // gained < 1%. With six copies in flight (the fifth session) every hold was slower.
   static constexpr int kStageEndCopies = 2;
   static constexpr int kAttnEndCopies = kMaxSlots;
   // Hand-offs the loader keeps armed: <= kMaxSlots + 1 stage ends (each but the one being signalled has a chunk in
