@@ -201,8 +201,7 @@ def test_stop_string_mid_burst(checkpoint):
 def test_prompts_that_fill_max_model_len(checkpoint):
     """Bursts stop at max_model_len: prompts 1, 2, 9 and 40 tokens short of it (max_tokens 100) and max_tokens 1
     end where K = 1 and stock end them (same count, finish reason "length", K = 32's tokens equal K = 1's), with
-    the default options (run-ahead: the scheduler reserves 2K - 1 look-ahead slots near the end of the model's
-    length too)."""
+    the default options (run-ahead, for which KogScheduler reserves 2K - 1 look-ahead slots)."""
     from vllm import LLM
 
     from vllm_helpers import engine_kwargs
