@@ -311,7 +311,7 @@ def test_single_split_attention(arch, head_dim, gqa, ctx):
 
 _LOADER_VARIANTS = {
     **{f"hold_{s}_{a}": dict(stage_end_copies=s, attn_end_copies=a)
-       for s, a in [(0, 12), (1, 12), (12, 0), (12, 2), (1, 1), (3, 0)]},
+       for s, a in [(0, 12), (1, 12), (12, 0), (12, 2), (1, 1), (3, 0), (12, 12)]},  # (12, 12): no hold at all
     **{f"stall_prefetch_{n}": dict(stall_prefetch_chunks=n) for n in (1, 4, 64)},
     "stall_prefetch_4_hold_1_1": dict(stall_prefetch_chunks=4, stage_end_copies=1, attn_end_copies=1),
     **{f"inflight_{n}": dict(max_inflight=n) for n in (0, 1, 2, 5)},
