@@ -12,6 +12,7 @@ import os
 import pytest
 
 from vllm_helpers import (
+    engine_kwargs,
     first_mismatch,
     kog_kwargs,
     kog_stats,
@@ -203,8 +204,6 @@ def test_prompts_that_fill_max_model_len(checkpoint):
     end where K = 1 and stock end them (same count, finish reason "length", K = 32's tokens equal K = 1's), with
     the default options (run-ahead, for which KogScheduler reserves 2K - 1 look-ahead slots)."""
     from vllm import LLM
-
-    from vllm_helpers import engine_kwargs
 
     path = checkpoint("tiny-llama")
     n = 256
