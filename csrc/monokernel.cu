@@ -213,7 +213,8 @@ std::vector<int64_t> monokernel_config() {
           attn_work_floats(64), attn_work_floats(128), kCtrLayerBase, layer_counter_count(0),
           kTraceEvents,      C::kMaxTP,         kCtrTpLM,         C::kStageEndCopies, C::kAttnEndCopies,
           C::kHandoffQueue,  C::kAttnSingleCtx,  C::kStallPrefetchChunks,
-          C::kTaggedHandoffs, C::kTaggedBatch,     C::kTaggedBuild,  C::kMaxInflight};
+          C::kTaggedHandoffs, C::kTaggedBatch,     C::kTaggedBuild,  C::kMaxInflight,
+          C::kAttnShortLen};
 }
 
 }  // namespace kog

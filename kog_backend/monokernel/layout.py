@@ -105,6 +105,7 @@ CONFIG: dict[str, int] = {
     "kTaggedBatch": 4,
     "kTaggedBuild": 0,  # 1 in a -DKOG_TAGGED_HANDOFFS=1 benchmark build (whose tests/test_monokernel_cpu.py then fails)
     "kMaxInflight": 2,
+    "kAttnShortLen": 32,
 }
 CONFIG_NAMES = tuple(CONFIG)
 

@@ -52,6 +52,88 @@ __device__ __forceinline__ float dot8f(const float (&q)[8], const uint4 k) {
 
 __device__ __forceinline__ float exp2_or_zero(float x, float m) { return x == -INFINITY ? 0.f : exp2f(x - m); }
 
+// One pass over a split's positions for HP query heads: the online-softmax state (m, l, acc) of this lane's
+// position group, U positions per group loaded before the first use. attention_task instantiates it twice: with
+// kAttnUnroll, and with the unroll that covers kAttnShortLen positions in one round, for splits that short (every
+// split at ctx 32, and up to ctx 512 with 16 splits): the long body's unused unrolled positions are neither
+// computed nor fetched as instructions (the attention code runs once per layer, cold in the instruction cache).
+template <int D, int U>
+__device__ __forceinline__ void attend_positions(const LayerArgs& L, const AttnTask& task, const int32_t* block_table,
+                                                 int bt_len, const int* bt_s, int bs, int64_t s_blk, int64_t s_pos,
+                                                 int64_t s_head, int kvh, int hp, float scale,
+                                                 const float (&q)[MonoConfig::kHeadsPerPass][8],
+                                                 float (&mrun)[MonoConfig::kHeadsPerPass],
+                                                 float (&lrun)[MonoConfig::kHeadsPerPass],
+                                                 float (&acc)[MonoConfig::kHeadsPerPass][8]) {
+  constexpr int W = MonoConfig::kConsumerWarps;
+  constexpr int LPP = D / 8, PPW = 32 / LPP, NG = W * PPW;
+  constexpr int HP = MonoConfig::kHeadsPerPass;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int grp = lane / LPP, sub = lane % LPP;
+  for (int base = task.start; base < task.end; base += NG * U) {
+    uint4 kr[U], vr[U];
+    bool ok[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int p = base + u * NG + warp * PPW + grp;
+      kr[u] = make_uint4(0, 0, 0, 0);
+      vr[u] = kr[u];
+      ok[u] = p < task.end;
+      if (ok[u]) {
+        const int bi = p / bs;
+        int blk = -1;
+        if (task.bt_count >= 0) {
+          blk = bt_s[bi - task.bt_first];
+        } else if (bi < bt_len) {
+          blk = __ldg(block_table + bi);
+        }
+        ok[u] = blk >= 0;
+        if (ok[u]) {
+          const int64_t off = blk * s_blk + (p % bs) * s_pos + kvh * s_head + sub * 8;
+          kr[u] = ld_cg_v4(L.k_cache + off);
+          vr[u] = ld_cg_v4(L.v_cache + off);
+        }
+      }
+    }
+    float s[U][HP];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int i = 0; i < HP; ++i) {
+        float v = dot8f(q[i], kr[u]);
+#pragma unroll
+        for (int off = 1; off < LPP; off <<= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        s[u][i] = v * scale;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < HP; ++i) {
+      if (i >= hp) continue;
+      float mx = mrun[i];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (ok[u]) mx = fmaxf(mx, s[u][i]);
+      if (mx == -INFINITY) continue;
+      const float corr = exp2_or_zero(mrun[i], mx);
+      lrun[i] *= corr;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[i][e] *= corr;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (!ok[u]) continue;
+        const float pu = exp2f(s[u][i] - mx);
+        float v[8];
+        unpack8(vr[u], v);
+        lrun[i] += pu;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[i][e] = fmaf(pu, v[e], acc[i][e]);
+      }
+      mrun[i] = mx;
+    }
+  }
+
+}
+
 template <int D>
 __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnTask& task, int pos, int64_t slot,
                                const int32_t* block_table, int bt_len, const int* bt_s, float* work, int* bcast,
@@ -59,6 +141,8 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
   constexpr int W = MonoConfig::kConsumerWarps;
   constexpr int LPP = D / 8, PPW = 32 / LPP, NG = W * PPW;
   constexpr int U = MonoConfig::kAttnUnroll, HP = MonoConfig::kHeadsPerPass, E = D / 32;
+  constexpr int kShortU = MonoConfig::kAttnShortLen / NG > 0 ? MonoConfig::kAttnShortLen / NG : 1;
+  static_assert(kShortU <= U && kShortU * NG >= MonoConfig::kAttnShortLen, "the short pass covers its splits in one round");
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int grp = lane / LPP, sub = lane % LPP;
   const int nh = static_cast<int>(m.num_heads), nkv = static_cast<int>(m.num_kv_heads);
@@ -123,66 +207,12 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
       }
     }
 
-    for (int base = task.start; base < task.end; base += NG * U) {
-      uint4 kr[U], vr[U];
-      bool ok[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int p = base + u * NG + warp * PPW + grp;
-        kr[u] = make_uint4(0, 0, 0, 0);
-        vr[u] = kr[u];
-        ok[u] = p < task.end;
-        if (ok[u]) {
-          const int bi = p / bs;
-          int blk = -1;
-          if (task.bt_count >= 0) {
-            blk = bt_s[bi - task.bt_first];
-          } else if (bi < bt_len) {
-            blk = __ldg(block_table + bi);
-          }
-          ok[u] = blk >= 0;
-          if (ok[u]) {
-            const int64_t off = blk * s_blk + (p % bs) * s_pos + kvh * s_head + sub * 8;
-            kr[u] = ld_cg_v4(L.k_cache + off);
-            vr[u] = ld_cg_v4(L.v_cache + off);
-          }
-        }
-      }
-      float s[U][HP];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-#pragma unroll
-        for (int i = 0; i < HP; ++i) {
-          float v = dot8f(q[i], kr[u]);
-#pragma unroll
-          for (int off = 1; off < LPP; off <<= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-          s[u][i] = v * scale;
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < HP; ++i) {
-        if (i >= hp) continue;
-        float mx = mrun[i];
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-          if (ok[u]) mx = fmaxf(mx, s[u][i]);
-        if (mx == -INFINITY) continue;
-        const float corr = exp2_or_zero(mrun[i], mx);
-        lrun[i] *= corr;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[i][e] *= corr;
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          if (!ok[u]) continue;
-          const float pu = exp2f(s[u][i] - mx);
-          float v[8];
-          unpack8(vr[u], v);
-          lrun[i] += pu;
-#pragma unroll
-          for (int e = 0; e < 8; ++e) acc[i][e] = fmaf(pu, v[e], acc[i][e]);
-        }
-        mrun[i] = mx;
-      }
+    if (task.end - task.start <= MonoConfig::kAttnShortLen) {
+      attend_positions<D, kShortU>(L, task, block_table, bt_len, bt_s, bs, s_blk, s_pos, s_head, kvh, hp, scale, q,
+                                   mrun, lrun, acc);
+    } else {
+      attend_positions<D, U>(L, task, block_table, bt_len, bt_s, bs, s_blk, s_pos, s_head, kvh, hp, scale, q, mrun,
+                             lrun, acc);
     }
 
     // Merge the PPW position groups of each warp (lanes with equal `sub`).
