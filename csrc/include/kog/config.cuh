@@ -108,9 +108,9 @@ struct MonoConfig {
   // positions per round for head dim 64 / 128, so unroll 1 / 2 instead of kAttnUnroll. The attention code runs once
   // per layer on few SMs and starts cold in the instruction cache (Nsight Compute, 2026-12-04: 27% of its warp
   // samples stalled on instruction fetch); the short body fetches and computes only the positions a round holds.
-  // Measured 2026-12-04 on the H200 (benchmarks/NOTES.md, tenth session), us per step without / with: Llama-3.2-1B
-  // ctx 32 718.0 / 693.7, ctx 512 770.2 / 745.8; Qwen3-1.7B 1090.5 / 1059.7, 1183.4 / 1170.4; Llama-3.1-8B
-  // 3652.1 / 3627.0, 3836.5 / 3814.2.
+  // Measured 2026-12-04 on the H200 (benchmarks/NOTES.md, tenth session), us per step without / with, means of
+  // two runs: Llama-3.2-1B ctx 32 715.8 / 693.7, ctx 512 770.1 / 745.8; Qwen3-1.7B 1090.5 / 1059.7, 1183.4 /
+  // 1170.4; Llama-3.1-8B 3652.1 / 3627.0, 3836.5 / 3814.2.
   static constexpr int kAttnShortLen = 32;
   // Attention splits whose partials the combining block loads in one round trip (S = 16 for 8 KV heads on 132 SMs).
   static constexpr int kCombineBatch = 16;
