@@ -131,7 +131,6 @@ __device__ __forceinline__ void attend_positions(const LayerArgs& L, const AttnT
       mrun[i] = mx;
     }
   }
-
 }
 
 template <int D>
@@ -142,9 +141,10 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
   constexpr int LPP = D / 8, PPW = 32 / LPP, NG = W * PPW;
   constexpr int U = MonoConfig::kAttnUnroll, HP = MonoConfig::kHeadsPerPass, E = D / 32;
   constexpr int kShortU = MonoConfig::kAttnShortLen / NG > 0 ? MonoConfig::kAttnShortLen / NG : 1;
-  static_assert(kShortU <= U && kShortU * NG >= MonoConfig::kAttnShortLen, "the short pass covers its splits in one round");
+  static_assert(kShortU <= U && kShortU * NG >= MonoConfig::kAttnShortLen,
+                "the short pass covers its splits in one round");
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int grp = lane / LPP, sub = lane % LPP;
+  const int sub = lane % LPP;
   const int nh = static_cast<int>(m.num_heads), nkv = static_cast<int>(m.num_kv_heads);
   const int g = nh / nkv, S = static_cast<int>(m.num_splits), bs = static_cast<int>(m.block_size);
   const int q_size = nh * D, kv_size = nkv * D;
