@@ -1,6 +1,6 @@
 """Stock vLLM's GPU time per decode step at batch 1: the counterpart of bench_monokernel.py's us/step.
 
-Random-weight checkpoints with the real shapes (`kog_backend.checkpoints.write_checkpoint`), vLLM's default engine
+Random-weight checkpoints with the real shapes (written as `kog bench` writes them), vLLM's default engine
 (torch.compile, CUDA graphs), no kog. The engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so that
 torch.profiler's CUPTI trace sees its kernels, those replayed from CUDA graphs included. For each context c: a
 prompt of c - 1 random token ids, then `generate` of 1 token (prefill only) and of 1 + N tokens (the same prefill
@@ -23,13 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
+import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from kog_backend.checkpoints import write_checkpoint  # noqa: E402
+from kog_backend.bench.offline import prompt_token_ids, resolve_model  # noqa: E402
 
 
 def kernel_us(prof) -> float:
@@ -55,13 +55,16 @@ def measure_shape(name: str, ctxs: list[int], steps: int, reps: int, mem: float)
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    path = write_checkpoint(name, log=lambda m: print(m, flush=True))
+    # In a child process when missing: the GPU memory the weights are drawn with is not this engine's to count.
+    model = resolve_model(name, log=lambda msg: print(msg, flush=True))
+    path, name = model.path, model.label
+    with open(os.path.join(path, "config.json")) as f:
+        vocab = json.load(f)["vocab_size"]
     llm = LLM(model=path, seed=0, max_model_len=max(ctxs) + steps + 16, enable_prefix_caching=False,
               gpu_memory_utilization=mem, skip_tokenizer_init=True)  # fmt: skip
     rows = []
-    rng = random.Random(0)
     for c in ctxs:
-        prompt = TokensPrompt(prompt_token_ids=[rng.randrange(100, 10_000) for _ in range(c - 1)])
+        prompt = TokensPrompt(prompt_token_ids=prompt_token_ids(vocab, c - 1))
         sp_one = SamplingParams(max_tokens=1, ignore_eos=True, temperature=0.0)
         sp_full = SamplingParams(max_tokens=1 + steps, ignore_eos=True, temperature=0.0)
         llm.generate([prompt], sampling_params=sp_full, use_tqdm=False)  # warm-up (graphs, allocator)
@@ -73,10 +76,8 @@ def measure_shape(name: str, ctxs: list[int], steps: int, reps: int, mem: float)
                 raise RuntimeError(f"{name} ctx {c}: generated {n} tokens, not {1 + steps}")
             gpu.append((kn - k1) / steps)
             wall.append((wn - w1) / steps)
-        gpu.sort()
-        wall.sort()
-        row = dict(shape=name, ctx=c, steps=steps, reps=reps, gpu_us=gpu[len(gpu) // 2], wall_us=wall[len(wall) // 2],
-                   gpu_us_all=gpu, wall_us_all=wall)  # fmt: skip
+        row = dict(shape=name, ctx=c, steps=steps, reps=reps, gpu_us=statistics.median(gpu),
+                   wall_us=statistics.median(wall), gpu_us_all=gpu, wall_us_all=wall)  # fmt: skip
         print(f"  {name} ctx {c}: GPU {row['gpu_us']:.1f} us/step, wall {row['wall_us']:.1f} us/step", flush=True)
         rows.append(row)
     return rows
@@ -84,7 +85,8 @@ def measure_shape(name: str, ctxs: list[int], steps: int, reps: int, mem: float)
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", default="llama-3.2-1b", help="one of kog_backend.shapes (one engine per process)")
+    ap.add_argument("--shape", default="llama-3.2-1b",
+                    help="an embedded shape (kog_backend.shapes) or a checkpoint directory; one engine per process")
     ap.add_argument("--ctx", default="32,1024,4096")
     ap.add_argument("--steps", type=int, default=16, help="decode steps per profiled call (N)")
     ap.add_argument("--reps", type=int, default=3, help="profiled pairs per context; the median is reported")
@@ -93,7 +95,7 @@ def main() -> int:
     rows = measure_shape(args.shape, [int(x) for x in args.ctx.split(",")], args.steps, args.reps, args.mem)
     out = os.environ.get("OUT")
     if out:
-        with open(os.path.join(out, f"bench_stock_step-{args.shape}.json"), "w") as f:
+        with open(os.path.join(out, f"bench_stock_step-{rows[0]['shape']}.json"), "w") as f:
             json.dump(rows, f, indent=1)
     print(f"\n{'shape':<14}{'ctx':>6}{'GPU us/step':>13}{'wall us/step':>14}")
     for r in rows:
