@@ -15,7 +15,9 @@ and N decode steps at contexts c .. c + N - 1), both under the profiler:
 One shape per process, one process at a time: vLLM sizes its KV cache from the memory in use when the engine
 starts, and engines started side by side on one GPU count each other's memory (2026-12-04 on the H200: three at
 0.2 / 0.2 / 0.3 of the memory, the third found none left for its cache). Prints a table last; writes JSON to
-$OUT/bench_stock_step-<shape>.json when $OUT is set. Not yet run to completion on a GPU (benchmarks/NOTES.md).
+$OUT/bench_stock_step-<shape>.json when $OUT is set (schema "kog-stock-step/1": date, GPU, versions, rows).
+First run: 2026-12-04 on an H200 (benchmarks/NOTES.md, twelfth session; JSON in
+benchmarks/results/2026-12-04-stock-step-vllm-0.26.0).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from kog_backend.bench.offline import prompt_token_ids, resolve_model  # noqa: E402
+
+SCHEMA = "kog-stock-step/1"
 
 
 def kernel_us(prof) -> float:
@@ -83,6 +87,17 @@ def measure_shape(name: str, ctxs: list[int], steps: int, reps: int, mem: float)
     return rows
 
 
+def report(rows: list[dict]) -> dict:
+    """The JSON written to $OUT: rows plus what the figures depend on (a dict with its own schema, so that
+    render_performance.py, which reads every JSON under benchmarks/results/, skips it)."""
+    import torch
+    import vllm
+
+    return dict(schema=SCHEMA, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                gpu=torch.cuda.get_device_name(), torch=torch.__version__, vllm=vllm.__version__,
+                engine="vLLM defaults (torch.compile, CUDA graphs), in-process engine core", rows=rows)  # fmt: skip
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="llama-3.2-1b",
@@ -96,7 +111,7 @@ def main() -> int:
     out = os.environ.get("OUT")
     if out:
         with open(os.path.join(out, f"bench_stock_step-{rows[0]['shape']}.json"), "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump(report(rows), f, indent=1)
     print(f"\n{'shape':<14}{'ctx':>6}{'GPU us/step':>13}{'wall us/step':>14}")
     for r in rows:
         print(f"{r['shape']:<14}{r['ctx']:>6}{r['gpu_us']:>13.1f}{r['wall_us']:>14.1f}")

@@ -41,7 +41,7 @@ def rank_bench(rank: int, world: int, shapes: list[str], ctx: int, k: int, reps:
     from kog_backend import ops
     from kog_backend.collective import groupcomm
     from kog_backend.collective.ipc import SharedBuffer
-    from kog_backend.monokernel import Monokernel, synthetic, tp
+    from kog_backend.monokernel import Monokernel, layout, synthetic, tp
 
     dev = torch.device("cuda", torch.cuda.current_device())
     group = dist.group.WORLD
@@ -70,7 +70,11 @@ def rank_bench(rank: int, world: int, shapes: list[str], ctx: int, k: int, reps:
         kv_bytes = ctx * s.num_layers * w.shape.num_kv_heads * 2 * s.head_dim * 2  # this rank's KV heads
         row = dict(shape=name, world=world, rank=rank, ranks_per_gpu=share, grid=mk.plan.grid, k=k, ctx=ctx,
                    weight_bytes=w.weight_bytes_per_token(), kv_bytes=kv_bytes, layers=s.num_layers)  # fmt: skip
-        for label, tbl in (("exchange", None), ("no exchange", mk.variant_table(tp_size=1))):
+        # no exchange: tp_rank 0 and W = 1 make every push target delta[0], which must then be this rank's own
+        # buffer (0), not rank 0's: otherwise rank r > 0 signals rank 0's counters and its own waits time out
+        # (2026-12-04: 1.2 s per token on world 2).
+        alone = mk.variant_table(tp_size=1, tp_rank=0, tp_delta=[0] * layout.CONFIG["kMaxTP"])
+        for label, tbl in (("exchange", None), ("no exchange", alone)):
             if rank == 0:  # progress, so that a run that stops says where
                 print(f"world {world}: {name} built (grid {mk.plan.grid} per rank), timing {label}", flush=True)
             # every rank idle, then fresh counters everywhere: a variant's counters do not count W x chunks

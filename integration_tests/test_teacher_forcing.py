@@ -25,7 +25,8 @@ pytestmark = pytest.mark.vllm_gpu
 # torch step, which follows stock's recipe op for op, so the kernel is held to what stock's own rounding allows.
 ATOL = float(os.environ.get("KOG_LOGIT_ATOL", "0.25"))
 SHAPE_ATOL = {"llama-3.1-8b": float(os.environ.get("KOG_LOGIT_ATOL_8B", "0.6"))}
-NEW_TOKENS = int(os.environ.get("KOG_TF_TOKENS", "128"))
+# Issue 3 asks for 256-token greedy outputs; the bounds above were measured over 128 steps.
+NEW_TOKENS = int(os.environ.get("KOG_TF_TOKENS", "256"))
 SHAPES = os.environ.get("KOG_TF_SHAPES", "llama-3.2-1b").split(",")
 IMPLS = os.environ.get("KOG_TF_IMPLS", "torch,monokernel").split(",")
 

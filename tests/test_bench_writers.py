@@ -75,6 +75,11 @@ def test_json_rejects_other_schemas():
     d["schema"] = "something-else/1"
     with pytest.raises(ValueError, match="schema"):
         BenchReport.from_dict(d)
+    # other JSON under benchmarks/results/ (a list of rows, a latency dict) is refused the same way, so the
+    # renderer skips it instead of crashing
+    for other in ([{"shape": "llama-3.2-1b", "ctx": 32}], {"avg_latency": 0.5}):
+        with pytest.raises(ValueError, match="schema"):
+            BenchReport.from_dict(other)
 
 
 def test_table_lists_every_row_with_its_figures():

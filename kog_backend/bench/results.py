@@ -90,8 +90,9 @@ class BenchReport:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "BenchReport":
-        if d.get("schema") != SCHEMA:
-            raise ValueError(f"not a {SCHEMA} file (schema={d.get('schema')!r})")
+        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+            got = d.get("schema") if isinstance(d, dict) else type(d).__name__
+            raise ValueError(f"not a {SCHEMA} file (schema={got!r})")
         kw = _known(cls, d)
         kw["models"] = [ModelResult.from_dict(m) for m in d.get("models", [])]
         return cls(**kw)
