@@ -9,6 +9,9 @@ and N decode steps at contexts c .. c + N - 1), both under the profiler:
   GPU us/step  = (sum of kernel durations with N decode steps - sum with none) / N
                  (model, sampler and vLLM's small per-step kernels; idle time between kernels not counted)
   wall us/step = the same difference of the two calls' wall times (the engine's whole step, host included)
+  GB/s         = bytes one step reads (weights + K/V of the context, kog_backend.bench.model_bytes) / GPU time;
+                 share = GB/s over the device-to-device copy bandwidth measured in this process before the engine
+                 starts (kog_backend.bench.copy_bw, bytes read + written, as in bench_monokernel.py)
 
     for s in llama-3.2-1b qwen3-1.7b llama-3.1-8b; do python3 benchmarks/bench_stock_step.py --shape $s; done
 
@@ -31,6 +34,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from kog_backend.bench import model_bytes  # noqa: E402
+from kog_backend.bench.copy_bw import measure_copy_bandwidth  # noqa: E402
 from kog_backend.bench.offline import prompt_token_ids, resolve_model  # noqa: E402
 
 SCHEMA = "kog-stock-step/1"
@@ -63,7 +68,11 @@ def measure_shape(name: str, ctxs: list[int], steps: int, reps: int, mem: float)
     model = resolve_model(name, log=lambda msg: print(msg, flush=True))
     path, name = model.path, model.label
     with open(os.path.join(path, "config.json")) as f:
-        vocab = json.load(f)["vocab_size"]
+        cfg = json.load(f)
+    vocab = cfg["vocab_size"]
+    weight_bytes, kv_row = model_bytes.weight_bytes_per_token(cfg), model_bytes.kv_bytes_per_position(cfg)
+    copy_gbs = measure_copy_bandwidth()[0] / 1e9  # before the engine: its buffers are freed when vLLM sizes memory
+    print(f"  copy bandwidth {copy_gbs:.0f} GB/s", flush=True)
     llm = LLM(model=path, seed=0, max_model_len=max(ctxs) + steps + 16, enable_prefix_caching=False,
               gpu_memory_utilization=mem, skip_tokenizer_init=True)  # fmt: skip
     rows = []
@@ -80,8 +89,11 @@ def measure_shape(name: str, ctxs: list[int], steps: int, reps: int, mem: float)
                 raise RuntimeError(f"{name} ctx {c}: generated {n} tokens, not {1 + steps}")
             gpu.append((kn - k1) / steps)
             wall.append((wn - w1) / steps)
-        row = dict(shape=name, ctx=c, steps=steps, reps=reps, gpu_us=statistics.median(gpu),
-                   wall_us=statistics.median(wall), gpu_us_all=gpu, wall_us_all=wall)  # fmt: skip
+        gpu_us = statistics.median(gpu)
+        byt = weight_bytes + c * kv_row
+        row = dict(shape=name, ctx=c, steps=steps, reps=reps, gpu_us=gpu_us, wall_us=statistics.median(wall),
+                   bytes=byt, gbs=byt / gpu_us / 1e3, copy_gbs=copy_gbs, share=byt / gpu_us / 1e3 / copy_gbs,
+                   gpu_us_all=gpu, wall_us_all=wall)  # fmt: skip
         print(f"  {name} ctx {c}: GPU {row['gpu_us']:.1f} us/step, wall {row['wall_us']:.1f} us/step", flush=True)
         rows.append(row)
     return rows
@@ -112,9 +124,10 @@ def main() -> int:
     if out:
         with open(os.path.join(out, f"bench_stock_step-{rows[0]['shape']}.json"), "w") as f:
             json.dump(report(rows), f, indent=1)
-    print(f"\n{'shape':<14}{'ctx':>6}{'GPU us/step':>13}{'wall us/step':>14}")
+    print(f"\n{'shape':<14}{'ctx':>6}{'GPU us/step':>13}{'GB/s':>7}{'% of copy':>11}{'wall us/step':>14}")
     for r in rows:
-        print(f"{r['shape']:<14}{r['ctx']:>6}{r['gpu_us']:>13.1f}{r['wall_us']:>14.1f}")
+        print(f"{r['shape']:<14}{r['ctx']:>6}{r['gpu_us']:>13.1f}{r['gbs']:>7.0f}{100 * r['share']:>10.1f}%"
+              f"{r['wall_us']:>14.1f}")
     return 0
 
 
