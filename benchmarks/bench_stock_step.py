@@ -34,7 +34,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from kog_backend.bench import model_bytes  # noqa: E402
+from kog_backend.bench import metrics, model_bytes  # noqa: E402
 from kog_backend.bench.copy_bw import measure_copy_bandwidth  # noqa: E402
 from kog_backend.bench.offline import prompt_token_ids, resolve_model  # noqa: E402
 
@@ -71,8 +71,8 @@ def measure_shape(name: str, ctxs: list[int], steps: int, reps: int, mem: float)
         cfg = json.load(f)
     vocab = cfg["vocab_size"]
     weight_bytes, kv_row = model_bytes.weight_bytes_per_token(cfg), model_bytes.kv_bytes_per_position(cfg)
-    copy_gbs = measure_copy_bandwidth()[0] / 1e9  # before the engine: its buffers are freed when vLLM sizes memory
-    print(f"  copy bandwidth {copy_gbs:.0f} GB/s", flush=True)
+    copy_Bps = measure_copy_bandwidth()[0]  # before the engine: its buffers are freed when vLLM sizes memory
+    print(f"  copy bandwidth {copy_Bps / 1e9:.0f} GB/s", flush=True)
     llm = LLM(model=path, seed=0, max_model_len=max(ctxs) + steps + 16, enable_prefix_caching=False,
               gpu_memory_utilization=mem, skip_tokenizer_init=True)  # fmt: skip
     rows = []
@@ -91,9 +91,10 @@ def measure_shape(name: str, ctxs: list[int], steps: int, reps: int, mem: float)
             wall.append((wn - w1) / steps)
         gpu_us = statistics.median(gpu)
         byt = weight_bytes + c * kv_row
+        achieved = metrics.achieved_bytes_per_s(byt, 1e6 / gpu_us)  # one step per gpu_us
         row = dict(shape=name, ctx=c, steps=steps, reps=reps, gpu_us=gpu_us, wall_us=statistics.median(wall),
-                   bytes=byt, gbs=byt / gpu_us / 1e3, copy_gbs=copy_gbs, share=byt / gpu_us / 1e3 / copy_gbs,
-                   gpu_us_all=gpu, wall_us_all=wall)  # fmt: skip
+                   bytes=byt, gbs=achieved / 1e9, copy_gbs=copy_Bps / 1e9,
+                   share=metrics.share_of_copy(achieved, copy_Bps), gpu_us_all=gpu, wall_us_all=wall)  # fmt: skip
         print(f"  {name} ctx {c}: GPU {row['gpu_us']:.1f} us/step, wall {row['wall_us']:.1f} us/step", flush=True)
         rows.append(row)
     return rows
