@@ -90,8 +90,8 @@ class BenchReport:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "BenchReport":
-        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
-            got = d.get("schema") if isinstance(d, dict) else type(d).__name__
+        got = d.get("schema") if isinstance(d, dict) else type(d).__name__  # a list of rows has no schema
+        if got != SCHEMA:
             raise ValueError(f"not a {SCHEMA} file (schema={got!r})")
         kw = _known(cls, d)
         kw["models"] = [ModelResult.from_dict(m) for m in d.get("models", [])]
