@@ -117,11 +117,31 @@ def test_pack_roundtrip():
     for i, (name, kind, count) in enumerate(layout.MODEL_FIELDS):
         v = [0.5 + i + j for j in range(count)] if kind == "d" else [1000 * i + j for j in range(count)]
         vals[name] = v if count > 1 else v[0]
+    vals.update(tp_size=4, tp_rank=2)
+    vals["tp_delta"][2] = 0
     buf = layout.pack_model(vals)
     assert len(buf) == layout.model_size()
     assert layout.unpack_model(buf) == vals
     layers = [{n: 17 * i + j for j, n in enumerate(layout.LAYER_FIELDS)} for i in range(3)]
     assert len(layout.pack_layers(layers)) == 3 * layout.layer_size()
+
+
+def test_pack_refuses_broken_tp_fields():
+    n = layout.CONFIG["kMaxTP"]
+    vals = {name: ([0] * count if count > 1 else 0) for name, _, count in layout.MODEL_FIELDS}
+    vals.update(tp_size=1, tp_rank=0, tp_delta=[0] * n)
+    assert layout.tp_fields_error(vals) is None
+    layout.pack_model(vals)
+    # bench_tp_monokernel.py's old no-exchange table on rank 1: world 1, rank 0, rank 1's deltas (rank 0 at -d).
+    stale = dict(vals, tp_delta=[-(1 << 30), 0] + [0] * (n - 2))
+    with pytest.raises(ValueError, match=r"tp_delta\[0\] = -1073741824"):
+        layout.pack_model(stale)
+    for bad, what in [(dict(vals, tp_size=0), "tp_size 0"), (dict(vals, tp_size=n + 1), f"tp_size {n + 1}"),
+                      (dict(vals, tp_size=2, tp_rank=2), "tp_rank 2 outside 0..1"),
+                      (dict(vals, tp_rank=-1), "tp_rank -1")]:  # fmt: skip
+        assert what in layout.tp_fields_error(bad)
+        with pytest.raises(ValueError):
+            layout.pack_model(bad)
 
 
 # ---- plan ---------------------------------------------------------------------------------------------------------

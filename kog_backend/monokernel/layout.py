@@ -175,7 +175,27 @@ def extension_mismatch(kog_ops) -> str | None:
     return None
 
 
+def tp_fields_error(values: Mapping[str, object]) -> str | None:
+    """Why a ModelArgs table's tensor-parallel fields break args.cuh's invariants, or None. A TP launch adds
+    tp_delta[q] to its own shared-buffer addresses to reach rank q's copy, the rank's own included, so
+    tp_delta[tp_rank] must be 0 even with tp_size 1 (bench_tp_monokernel.py's no-exchange table once kept rank 1's
+    deltas: its signals went into rank 0's counters and its own waits timed out)."""
+    w, r = int(values["tp_size"]), int(values["tp_rank"])  # type: ignore[call-overload]
+    delta = [int(d) for d in values["tp_delta"]]  # type: ignore[attr-defined]
+    if not 1 <= w <= CONFIG["kMaxTP"]:
+        return f"tp_size {w} outside 1..{CONFIG['kMaxTP']}"
+    if not 0 <= r < w:
+        return f"tp_rank {r} outside 0..{w - 1}"
+    if delta[r] != 0:
+        return f"tp_delta[{r}] = {delta[r]}, not 0: rank {r}'s own buffer would be another rank's"
+    return None
+
+
 def pack_model(values: Mapping[str, object]) -> bytes:
+    """ModelArgs as the kernel reads it; ValueError for a wrong count of values or broken TP fields."""
+    err = tp_fields_error(values)
+    if err is not None:
+        raise ValueError(f"ModelArgs: {err}")
     fmt, flat = "<", []
     for name, kind, count in MODEL_FIELDS:
         v = values[name]

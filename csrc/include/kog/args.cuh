@@ -85,9 +85,10 @@ struct ModelArgs {
   bf16* logits_scratch;     // [stage_n[kStageLM]] when the caller passes no logits buffer
   uint32_t* act_tagged;     // [num_layers][inter] tagged words of act (tagged.cuh), zeroed with the counters
   uint64_t* trace;          // null, or [num_tokens][num_layers + 1][kTraceEvents][grid] (trace.cuh)
-  // Tensor parallelism (docs/monokernel.md, "Tensor parallelism"). tp_size 1: the fields below are unused.
-  // With tp_size W > 1 counters, tp_parts and tp_keys lie in one buffer shared with the other ranks through CUDA
-  // IPC; rank q's copy of any address p in it is p + tp_delta[q] (tp_delta[tp_rank] = 0).
+  // Tensor parallelism (docs/monokernel.md, "Tensor parallelism"). A launch that is not TP ignores the fields
+  // below. With tp_size W > 1 counters, tp_parts and tp_keys lie in one buffer shared with the other ranks through
+  // CUDA IPC; rank q's copy of any address p in it is p + tp_delta[q]. A TP launch uses tp_delta[tp_rank] for its
+  // own copy even with tp_size 1, so it must be 0 (the host refuses other tables: layout.tp_fields_error).
   int64_t tp_size;
   int64_t tp_rank;
   int64_t vocab_start;      // global vocabulary id of this rank's LM-head row 0 (the argmax key's row)
