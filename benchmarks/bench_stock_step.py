@@ -67,8 +67,7 @@ def measure_shape(name: str, ctxs: list[int], steps: int, reps: int, mem: float)
     # In a child process when missing: the GPU memory the weights are drawn with is not this engine's to count.
     model = resolve_model(name, log=lambda msg: print(msg, flush=True))
     path, name = model.path, model.label
-    with open(os.path.join(path, "config.json")) as f:
-        cfg = json.load(f)
+    cfg = model_bytes.load_config(path)
     vocab = cfg["vocab_size"]
     weight_bytes, kv_row = model_bytes.weight_bytes_per_token(cfg), model_bytes.kv_bytes_per_position(cfg)
     copy_Bps = measure_copy_bandwidth()[0]  # before the engine: its buffers are freed when vLLM sizes memory
