@@ -18,7 +18,7 @@ and N decode steps at contexts c .. c + N - 1), both under the profiler:
 One shape per process, one process at a time: vLLM sizes its KV cache from the memory in use when the engine
 starts, and engines started side by side on one GPU count each other's memory (2026-12-04 on the H200: three at
 0.2 / 0.2 / 0.3 of the memory, the third found none left for its cache). Prints a table last; writes JSON to
-$OUT/bench_stock_step-<shape>.json when $OUT is set (schema "kog-stock-step/1": date, GPU, versions, rows).
+$OUT/bench_stock_step-<shape>.json when $OUT is set (schema "kog-stock-step/1": date, commit, GPU, versions, rows).
 First run: 2026-12-04 on an H200 (benchmarks/NOTES.md, twelfth session; JSON in
 benchmarks/results/2026-12-04-stock-step-vllm-0.26.0).
 """
@@ -34,7 +34,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from kog_backend.bench import metrics, model_bytes  # noqa: E402
+from kog_backend.bench import environment, metrics, model_bytes  # noqa: E402
 from kog_backend.bench.copy_bw import measure_copy_bandwidth  # noqa: E402
 from kog_backend.bench.offline import prompt_token_ids, resolve_model  # noqa: E402
 
@@ -102,11 +102,8 @@ def measure_shape(name: str, ctxs: list[int], steps: int, reps: int, mem: float)
 def report(rows: list[dict]) -> dict:
     """The JSON written to $OUT: rows plus what the figures depend on (a dict with its own schema, so that
     render_performance.py, which reads every JSON under benchmarks/results/, skips it)."""
-    import torch
-    import vllm
-
-    return dict(schema=SCHEMA, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                gpu=torch.cuda.get_device_name(), torch=torch.__version__, vllm=vllm.__version__,
+    return dict(schema=SCHEMA, date=environment.utc_now(), commit=environment.commit(),
+                **environment.gpu_host_info(),  # gpu, torch, vllm, cuda, driver, ...: torch is already loaded here
                 engine="vLLM defaults (torch.compile, CUDA graphs), in-process engine core", rows=rows)  # fmt: skip
 
 
