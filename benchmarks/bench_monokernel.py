@@ -14,7 +14,8 @@ hand-offs (ModelArgs::stage_end_copies:attn_end_copies, csrc/include/kog/handoff
 constant L2 lead beyond the ring and --stall-prefetch 2,4,8 the L2 prefetch while the loader waits for a slot
 (ModelArgs::prefetch_chunks / stall_prefetch_chunks), --tagged 1 the gate/up -> down hand-off through tagged
 words (ModelArgs::tagged_handoffs), --inflight 2,3 at most that many bulk copies in flight per SM
-(ModelArgs::max_inflight). --trace prints a typical layer's timeline
+(ModelArgs::max_inflight), --set 'tagged_handoffs=6;tagged_handoffs=6,stage_end_copies=3' any ModelArgs overrides
+together. --trace prints a typical layer's timeline
 (Monokernel.trace_table, kog_backend/monokernel/timeline.py). Prints a table last; writes JSON to $OUT/bench_monokernel.json when $OUT is set.
 
   python benchmarks/bench_monokernel.py [--shapes llama-3.2-1b,...] [--ctx 32,1024,4096] [--reps 50]
@@ -75,7 +76,7 @@ def time_steps(fn, reps: int, warmup: int = 5) -> float:
 def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, variants: bool,
                 trace: bool = False, holds: tuple[tuple[int, int], ...] = (), single_ctx: int = 0,
                 prefetch: tuple[int, ...] = (), stall_prefetch: tuple[int, ...] = (), tagged: int = 0,
-                inflight: tuple[int, ...] = ()) -> list[dict]:
+                inflight: tuple[int, ...] = (), sets: tuple[dict[str, int], ...] = ()) -> list[dict]:
     s = synthetic.make_shape(*synthetic.SHAPES[name], max_position=max(ctxs) + 64)
     w = synthetic.random_decoder(s, dev, seed=1)
     max_ctx = max(ctxs)
@@ -139,6 +140,8 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
         cases[f"tagged {tagged}"] = (dict(tagged_handoffs=tagged), wbytes)
         for n in stall_prefetch:
             cases[f"tagged {tagged}, L2 on stall {n}"] = (dict(tagged_handoffs=tagged, stall_prefetch_chunks=n), wbytes)
+    for ov in sets:  # --set: any ModelArgs overrides together
+        cases[",".join(f"{k}={v}" for k, v in ov.items())] = (dict(ov), wbytes)
     if single_ctx:  # ModelArgs::attn_single_ctx: one attention split per KV head up to this context
         cases[f"1 split <= ctx {single_ctx}"] = (dict(attn_single_ctx=single_ctx), wbytes)
         for h, a in holds:
@@ -193,6 +196,8 @@ def main() -> int:
                     "loader waits for a slot (ModelArgs::stall_prefetch_chunks), timed likewise")
     ap.add_argument("--inflight", default="", help="comma-separated caps on the bulk copies in flight per SM "
                     "(ModelArgs::max_inflight), timed as variants of every shape at the first ctx")
+    ap.add_argument("--set", default="", help="semicolon-separated variants, each comma-separated ModelArgs "
+                    "overrides (e.g. 'tagged_handoffs=6;tagged_handoffs=6,stage_end_copies=3'), timed at the first ctx")
     ap.add_argument("--tagged", type=int, default=0, help="bits of ModelArgs::tagged_handoffs (1: gate/up -> down "
                     "through tagged words), timed alone and with each --stall-prefetch budget")
     args = ap.parse_args()
@@ -206,7 +211,9 @@ def main() -> int:
                                  variants=not args.no_variants and name == "llama-3.2-1b", trace=args.trace,
                                  holds=parse_holds(args.hold), single_ctx=args.single_ctx,
                                  prefetch=parse_ints(args.prefetch), stall_prefetch=parse_ints(args.stall_prefetch),
-                                 tagged=args.tagged, inflight=parse_ints(args.inflight))
+                                 tagged=args.tagged, inflight=parse_ints(args.inflight),
+                                 sets=tuple({k: int(v) for k, v in (kv.split("=") for kv in s.split(","))}
+                                            for s in args.set.split(";") if s))
         rows += shape_rows
         for r in shape_rows:
             print(f"  {r['shape']} {r['variant']} ctx {r['ctx']}: {r['us']:.1f} us", flush=True)

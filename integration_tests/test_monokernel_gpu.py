@@ -166,7 +166,7 @@ def _check_partials(errors, i, g, e):
 
 
 @pytest.mark.parametrize("ctx", [1, 15, 16, 17, 1000, 4096, 32000])
-@pytest.mark.parametrize("gqa", [1, 4, 8])
+@pytest.mark.parametrize("gqa", [1, 2, 4, 8])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("arch,tied", [("llama", True), ("qwen3", False)])
 def test_step_matches_reference(arch, tied, head_dim, gqa, ctx):
@@ -318,21 +318,33 @@ _LOADER_VARIANTS = {
     "inflight_2_hold_1_1": dict(max_inflight=2, stage_end_copies=1, attn_end_copies=1),
     "tagged_gate_up": dict(tagged_handoffs=1),
     "tagged_gate_up_stall_prefetch_4": dict(tagged_handoffs=1, stall_prefetch_chunks=4),
+    "counters": dict(tagged_handoffs=0),
+    "tagged_qkv": dict(tagged_handoffs=2),
+    "tagged_attn": dict(tagged_handoffs=4),
+    "tagged_qkv_attn_no_hold": dict(tagged_handoffs=6, stage_end_copies=12),
 }  # fmt: skip
 
+# (arch, head dim, GQA, position): Llama-like GQA 4 with 16 splits of the context; Qwen3-like GQA 2 (passes of two
+# heads, qk-norm) with one split (ctx <= kAttnSingleCtx).
+_VARIANT_MODELS = {"llama_gqa4_splits": ("llama", 128, 4, 100), "qwen3_gqa2_single": ("qwen3", 128, 2, 40)}
 
+
+@pytest.mark.parametrize("model", list(_VARIANT_MODELS))
 @pytest.mark.parametrize("variant", list(_LOADER_VARIANTS))
-def test_loader_variants_change_timing_only(variant):
+def test_loader_variants_change_timing_only(variant, model):
     """The schedule's benchmark variants change when data moves, not what is computed: the loader's hold around
     hand-offs (ModelArgs::stage_end_copies / attn_end_copies < num_slots), its L2 prefetch while waiting for a slot
     (stall_prefetch_chunks; 64 runs past the end of the launch's schedule), its cap on copies in flight
-    (max_inflight) and the gate/up -> down hand-off through tagged words (tagged_handoffs). A K=4 launch with one gives the default launch's tokens, logits and caches bit
-    for bit, and no wait times out (the hold cannot deadlock; a tagged wait does not outlive its token)."""
+    (max_inflight), hand-offs through tagged words (tagged_handoffs: gate/up -> down, QKV -> attention,
+    attention -> O). A K=4 launch with one gives the
+    default launch's tokens, logits and caches bit for bit, and no wait times out (the hold cannot deadlock; a
+    tagged wait does not outlive its token)."""
     overrides = _LOADER_VARIANTS[variant]
-    if overrides.get("tagged_handoffs") and not _config("kTaggedBuild"):
-        pytest.skip("tagged hand-offs exist only in a build with KOG_NVCC_FLAGS=-DKOG_TAGGED_HANDOFFS=1")
-    w, caches, mk = _model("llama", 128, 4, True)
-    pos, slot, bt = _prepare(w, caches, 100, 13)
+    if overrides.get("tagged_handoffs", 0) & 1 and not _config("kTaggedBuild"):
+        pytest.skip("the tagged gate/up hand-off exists only in a build with KOG_NVCC_FLAGS=-DKOG_TAGGED_HANDOFFS=1")
+    arch, d, gqa, start = _VARIANT_MODELS[model]
+    w, caches, mk = _model(arch, d, gqa, True)
+    pos, slot, bt = _prepare(w, caches, start, 13)
     init = [c.clone() for c in caches]
     ids, p, sl = torch.tensor([77], device=DEV), torch.tensor([pos], device=DEV), torch.tensor([slot], device=DEV)
     results = []

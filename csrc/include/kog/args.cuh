@@ -62,7 +62,7 @@ struct ModelArgs {
                                   // (0: none; MonoConfig::kStallPrefetchChunks; used only with prefetch_chunks 0)
   int64_t max_inflight;     // bulk copies the loader keeps in flight at most (0 or >= num_slots: no cap;
                             // MonoConfig::kMaxInflight)
-  int64_t tagged_handoffs;  // bits of tagged.cuh (kTaggedGateUp): hand-offs made through tagged words instead of
+  int64_t tagged_handoffs;  // bits of tagged.cuh (kTaggedGateUp, kTaggedQkv, kTaggedAttn): hand-offs made through tagged words instead of
                             // counters (0: none; MonoConfig::kTaggedHandoffs; tensor parallelism: ignored)
   // Per stage (MonoConfig::kStage*): input length K, output units N (rows; gate/up pairs for GU), units per
   // chunk (power of two <= kConsumerWarps), number of chunks.
@@ -83,7 +83,8 @@ struct ModelArgs {
   uint32_t* counters;       // see counter_index() in sync.cuh
   uint64_t* argmax_slots;   // [grid]
   bf16* logits_scratch;     // [stage_n[kStageLM]] when the caller passes no logits buffer
-  uint32_t* act_tagged;     // [num_layers][inter] tagged words of act (tagged.cuh), zeroed with the counters
+  uint32_t* act_tagged;     // [num_layers][tagged_layer_words] tagged words of act | qkv_out | attn_out (tagged.cuh),
+                            // zeroed with the counters
   uint64_t* trace;          // null, or [num_tokens][num_layers + 1][kTraceEvents][grid] (trace.cuh)
   // Tensor parallelism (docs/monokernel.md, "Tensor parallelism"). A launch that is not TP ignores the fields
   // below. With tp_size W > 1 counters, tp_parts and tp_keys lie in one buffer shared with the other ranks through

@@ -17,6 +17,7 @@
 #include "kog/numerics.cuh"
 #include "kog/rope.cuh"
 #include "kog/sync.cuh"
+#include "kog/tagged.cuh"
 
 namespace kog {
 
@@ -57,17 +58,13 @@ __device__ __forceinline__ float exp2_or_zero(float x, float m) { return x == -I
 // kAttnUnroll, and with the unroll that covers kAttnShortLen positions in one round, for splits that short (every
 // split at ctx 32, and up to ctx 512 with 16 splits): the long body's unused unrolled positions are neither
 // computed nor fetched as instructions (the attention code runs once per layer, cold in the instruction cache).
-template <int D, int U>
+template <int D, int U, int HP>
 __device__ __forceinline__ void attend_positions(const LayerArgs& L, const AttnTask& task, const int32_t* block_table,
                                                  int bt_len, const int* bt_s, int bs, int64_t s_blk, int64_t s_pos,
-                                                 int64_t s_head, int kvh, int hp, float scale,
-                                                 const float (&q)[MonoConfig::kHeadsPerPass][8],
-                                                 float (&mrun)[MonoConfig::kHeadsPerPass],
-                                                 float (&lrun)[MonoConfig::kHeadsPerPass],
-                                                 float (&acc)[MonoConfig::kHeadsPerPass][8]) {
+                                                 int64_t s_head, int kvh, int hp, float scale, const float (&q)[HP][8],
+                                                 float (&mrun)[HP], float (&lrun)[HP], float (&acc)[HP][8]) {
   constexpr int W = MonoConfig::kConsumerWarps;
   constexpr int LPP = D / 8, PPW = 32 / LPP, NG = W * PPW;
-  constexpr int HP = MonoConfig::kHeadsPerPass;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int grp = lane / LPP, sub = lane % LPP;
   for (int base = task.start; base < task.end; base += NG * U) {
@@ -133,13 +130,29 @@ __device__ __forceinline__ void attend_positions(const LayerArgs& L, const AttnT
   }
 }
 
-template <int D>
+// A KV head's output is complete: counter ctr_done + 1. Through a release (its barrier orders every thread's
+// attn_out stores before it), or, when the O stage reads the tagged words (relaxed), without one: the count then
+// only keeps the counter's arithmetic for a later launch that waits on it.
+__device__ __forceinline__ void signal_done(uint32_t* ctrs, int ctr_done, bool relaxed) {
+  if (relaxed) {
+    consumer_sync();
+    if (threadIdx.x == 0) red_relaxed_add(counter(ctrs, ctr_done), 1u);
+  } else {
+    consumer_signal<kRelaxAttn>(ctrs, ctr_done, 1u);
+  }
+}
+
+// HP: query heads per pass (<= kHeadsPerPass; the caller passes 2 when a KV head has at most 2, so that Qwen3's
+// GQA 2 computes no empty heads).
+template <int D, int HP>
 __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnTask& task, int pos, int64_t slot,
                                const int32_t* block_table, int bt_len, const int* bt_s, float* work, int* bcast,
-                               uint32_t* ctrs, int ctr_kv, int ctr_done, uint32_t epoch) {
+                               uint32_t* ctrs, int ctr_kv, int ctr_done, uint32_t epoch, const uint32_t* qkv_t,
+                               uint32_t* attn_t) {
   constexpr int W = MonoConfig::kConsumerWarps;
   constexpr int LPP = D / 8, PPW = 32 / LPP, NG = W * PPW;
-  constexpr int U = MonoConfig::kAttnUnroll, HP = MonoConfig::kHeadsPerPass, E = D / 32;
+  constexpr int U = MonoConfig::kAttnUnroll, E = D / 32;
+  static_assert(HP >= 1 && HP <= MonoConfig::kHeadsPerPass, "attn_work_floats sizes the work area for kHeadsPerPass");
   constexpr int kShortU = MonoConfig::kAttnShortLen / NG > 0 ? MonoConfig::kAttnShortLen / NG : 1;
   static_assert(kShortU <= U && kShortU * NG >= MonoConfig::kAttnShortLen,
                 "the short pass covers its splits in one round");
@@ -153,6 +166,9 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
   const int64_t s_blk = m.kv_stride_block, s_pos = m.kv_stride_pos, s_head = m.kv_stride_head;
   const bf16* cs_row = m.cos_sin + static_cast<size_t>(pos) * D;
   const int kvh = task.kvh;
+  // qkv_t: read q / k / v from the layer's tagged words (tagged.cuh kTaggedQkv; the caller did not wait for the
+  // QKV counter); attn_t: also write the output as tagged words and signal without a release (kTaggedAttn).
+  const uint32_t tag = handoff_tag(epoch);
   // Single-split mode: the empty splits only keep ctr_kv at S per token, so that the "last split combines" target
   // (epoch + 1) x S holds whichever mode a later token runs in (no data is published through these adds; a later
   // token's atomic on ctr_kv follows them in causality order through the layer's hand-offs).
@@ -166,17 +182,27 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
   float* wl = wm + W * HP;          // [W][HP]    per-warp sum
   float* wacc = wl + W * HP;        // [W][HP][D] per-warp accumulator
 
+#ifndef KOG_BENCH_NO_ATTN  // diagnostics build: the hand-offs only, no attention work (timing only, wrong results)
   if (task.owner && warp == W - 1) {
     float y[E];
-    qk_norm_rope_warp<D>(L.qkv_out + q_size + kvh * D, m.qk_norm ? L.k_norm : nullptr, eps, cs_row, y);
+    const bf16* knorm = m.qk_norm ? L.k_norm : nullptr;
     const int64_t off = (slot / bs) * s_blk + (slot % bs) * s_pos + kvh * s_head;
-    const uint16_t* vsrc = reinterpret_cast<const uint16_t*>(L.qkv_out + q_size + kv_size + kvh * D);
     uint16_t* kdst = reinterpret_cast<uint16_t*>(L.k_cache + off);
     uint16_t* vdst = reinterpret_cast<uint16_t*>(L.v_cache + off);
+    uint16_t v[E];
+    if (qkv_t != nullptr) {
+      qk_norm_rope_warp<D, true>(qkv_t + q_size + kvh * D, knorm, eps, cs_row, y, tag, ctrs);
+      tagged_lane_words<E>(qkv_t + q_size + kv_size + kvh * D, lane, tag, ctrs, v);
+    } else {
+      qk_norm_rope_warp<D>(L.qkv_out + q_size + kvh * D, knorm, eps, cs_row, y);
+      const uint16_t* vsrc = reinterpret_cast<const uint16_t*>(L.qkv_out + q_size + kv_size + kvh * D);
+#pragma unroll
+      for (int e = 0; e < E; ++e) v[e] = ld_cg_u16(vsrc + lane + 32 * e);
+    }
 #pragma unroll
     for (int e = 0; e < E; ++e) {
       kdst[lane + 32 * e] = f2bf_bits(y[e]);
-      vdst[lane + 32 * e] = ld_cg_u16(vsrc + lane + 32 * e);
+      vdst[lane + 32 * e] = v[e];
     }
   }
   // (The barrier after the q pass below orders these cache writes before this block's reads of `pos`.)
@@ -186,7 +212,12 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
     if (warp < hp) {
       const int head = kvh * g + hb + warp;
       float y[E];
-      qk_norm_rope_warp<D>(L.qkv_out + head * D, m.qk_norm ? L.q_norm : nullptr, eps, cs_row, y);
+      const bf16* qnorm = m.qk_norm ? L.q_norm : nullptr;
+      if (qkv_t != nullptr) {
+        qk_norm_rope_warp<D, true>(qkv_t + head * D, qnorm, eps, cs_row, y, tag, ctrs);
+      } else {
+        qk_norm_rope_warp<D>(L.qkv_out + head * D, qnorm, eps, cs_row, y);
+      }
 #pragma unroll
       for (int e = 0; e < E; ++e) {
         qs[warp * D + lane + 32 * e] = y[e];
@@ -208,10 +239,10 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
     }
 
     if (task.end - task.start <= MonoConfig::kAttnShortLen) {
-      attend_positions<D, kShortU>(L, task, block_table, bt_len, bt_s, bs, s_blk, s_pos, s_head, kvh, hp, scale, q,
+      attend_positions<D, kShortU, HP>(L, task, block_table, bt_len, bt_s, bs, s_blk, s_pos, s_head, kvh, hp, scale, q,
                                    mrun, lrun, acc);
     } else {
-      attend_positions<D, U>(L, task, block_table, bt_len, bt_s, bs, s_blk, s_pos, s_head, kvh, hp, scale, q, mrun,
+      attend_positions<D, U, HP>(L, task, block_table, bt_len, bt_s, bs, s_blk, s_pos, s_head, kvh, hp, scale, q, mrun,
                              lrun, acc);
     }
 
@@ -261,7 +292,9 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
       }
       const int head = kvh * g + hb + i;
       if (task.single) {  // the one partial is final: out = A / L, as combining it alone would give
-        reinterpret_cast<uint16_t*>(L.attn_out)[head * D + d] = f2bf_bits(A / Ls);
+        const float o = A / Ls;
+        reinterpret_cast<uint16_t*>(L.attn_out)[head * D + d] = f2bf_bits(o);
+        if (attn_t != nullptr) st_relaxed_u32(attn_t + head * D + d, tagged_word(tag, o));
         continue;
       }
       L.attn_acc[(static_cast<size_t>(head) * S + task.split) * D + d] = A;
@@ -273,14 +306,16 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
     consumer_sync();
   }
 
+#endif  // KOG_BENCH_NO_ATTN
   if (task.single) {
     if (tid == 0) red_relaxed_add(counter(ctrs, ctr_kv), 1u);
-    consumer_signal(ctrs, ctr_done, 1u);  // (its barrier orders every thread's attn_out stores before the release)
+    signal_done(ctrs, ctr_done, attn_t != nullptr);
     return;
   }
   // Publish this split; the last of kv head h's S splits combines (its acquire covers the other splits' writes).
   if (tid == 0) {
-    const uint32_t old = atom_acq_rel_add(counter(ctrs, ctr_kv), 1u);
+    const uint32_t old = (KOG_BENCH_RELAXED_MASK & kRelaxAttn) != 0 ? atom_relaxed_add(counter(ctrs, ctr_kv), 1u)
+                                                                     : atom_acq_rel_add(counter(ctrs, ctr_kv), 1u);
     bcast[0] = (old + 1u == (epoch + 1u) * static_cast<uint32_t>(S)) ? 1 : 0;
   }
   consumer_sync();
@@ -290,6 +325,9 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
   // time, benchmarks/NOTES.md). Within a batch: M_b = max m_j, then sums in split order; batches merge with the
   // usual rescaling (S <= kCombineBatch: exactly reference.combine_splits' formula).
   constexpr int kB = MonoConfig::kCombineBatch;
+#ifdef KOG_BENCH_NO_ATTN
+  if (tid < 0)
+#endif
   for (int idx = tid; idx < g * D; idx += MonoConfig::kConsumerThreads) {
     const int i = idx / D, d = idx - (idx / D) * D;
     const int head = kvh * g + i;
@@ -322,9 +360,11 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
         num = fmaf(c, aj[u], num);
       }
     }
-    reinterpret_cast<uint16_t*>(L.attn_out)[head * D + d] = f2bf_bits(num / den);
+    const float o = num / den;
+    reinterpret_cast<uint16_t*>(L.attn_out)[head * D + d] = f2bf_bits(o);
+    if (attn_t != nullptr) st_relaxed_u32(attn_t + head * D + d, tagged_word(tag, o));
   }
-  consumer_signal(ctrs, ctr_done, 1u);
+  signal_done(ctrs, ctr_done, attn_t != nullptr);
 }
 
 }  // namespace kog

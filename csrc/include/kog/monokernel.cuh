@@ -341,6 +341,9 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
   const bool has_task = has_attn_task(nkv, S);
   // gate/up -> down through tagged words instead of the gate/up counter (tagged.cuh; TP=1 only).
   const bool tagged_gu = C::kTaggedBuild && !kTP && (m.tagged_handoffs & kTaggedGateUp) != 0;
+  // QKV -> attention and attention -> O through tagged words (tagged.cuh; TP=1 only): no release, no counter wait.
+  const bool tagged_qkv = !kTP && (m.tagged_handoffs & kTaggedQkv) != 0;
+  const bool tagged_attn = !kTP && (m.tagged_handoffs & kTaggedAttn) != 0;
 
   const Tracer tr(m);
   // After a hand-off's release: its schedule position for the loader's hold (handoff_hold.cuh), its timeline mark.
@@ -417,6 +420,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
       const LayerArgs& La = hdr.lay[l & 1];
       const LayerArgs* prev = l > 0 ? &hdr.lay[(l - 1) & 1] : nullptr;
       const bf16* rin = l == 0 ? emb : prev->rin_next;
+      uint32_t* const tagged_l = m.act_tagged + static_cast<int64_t>(l) * tagged_layer_words(I, nh, nkv, D);
 
       int qkv_mine = 0, gu_mine = 0;  // chunks this block owns in the QKV / gate/up stage of this layer
       {  // QKV projection of rmsnorm(residual)
@@ -433,20 +437,42 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
           }
           if (tid == 0) tr.mark(t, l, kEvQkvReady);
           bf16* const qkv_out = La.qkv_out;
-          consume_stage<false>(m, hdr, ring, x_s, C::kStageQKV, c0,
-                               [=](int r, int, float v, float) { st_bf16(qkv_out, r, v); }, tr, t, l, kEvQkvLanded);
-          consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageQKV), static_cast<uint32_t>(mine));
+          if (tagged_qkv) {  // (a loop of its own: the default loop keeps its register budget)
+            uint32_t* const qkv_t = tagged_l + I;
+            const uint32_t tag = handoff_tag(e);
+            consume_stage<false>(m, hdr, ring, x_s, C::kStageQKV, c0, [=](int r, int, float v, float) {
+              st_bf16(qkv_out, r, v);
+              st_relaxed_u32(qkv_t + r, tagged_word(tag, v));
+            }, tr, t, l, kEvQkvLanded);
+            // The attention splits poll the words: no release. The relaxed add keeps the count a later launch
+            // without the variant expects; the barrier keeps x_s until every warp is done with it.
+            consumer_sync();
+            if (tid == 0) red_relaxed_add(counter(ctrs, layer_counter_index(l, nkv, C::kStageQKV)), static_cast<uint32_t>(mine));
+          } else {
+            consume_stage<false>(m, hdr, ring, x_s, C::kStageQKV, c0,
+                                 [=](int r, int, float v, float) { st_bf16(qkv_out, r, v); }, tr, t, l, kEvQkvLanded);
+            consumer_signal<kRelaxQKV>(ctrs, layer_counter_index(l, nkv, C::kStageQKV), static_cast<uint32_t>(mine));
+          }
           handed_off(t, l, C::kStageQKV, kEvQkvDone);
         }
         base = (base + static_cast<int>(n_qkv)) % G;
       }
 
       if (has_task) {  // attention split (+ combine by the last split of the KV head)
-        consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageQKV), next * n_qkv);
+        if (!tagged_qkv) consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageQKV), next * n_qkv);
         if (tid == 0) tr.mark(t, l, kEvAttnReady);
-        attention_task<D>(hdr.hot, La, task, pos, slot, step.block_table, step.block_table_len, hdr.bt, work,
-                          hdr.bcast, ctrs, layer_counter_index(l, nkv, kCtrAttnKV + task.kvh),
-                          layer_counter_index(l, nkv, kCtrAttnDone), e);
+        const uint32_t* const qkv_t = tagged_qkv ? tagged_l + I : nullptr;
+        uint32_t* const attn_t = tagged_attn ? tagged_l + I + (nh + 2 * nkv) * D : nullptr;
+        if (nh <= 2 * nkv) {  // GQA <= 2 (Qwen3-1.7B): passes of 2 heads, no empty heads computed
+          attention_task<D, 2>(hdr.hot, La, task, pos, slot, step.block_table, step.block_table_len, hdr.bt, work,
+                               hdr.bcast, ctrs, layer_counter_index(l, nkv, kCtrAttnKV + task.kvh),
+                               layer_counter_index(l, nkv, kCtrAttnDone), e, qkv_t, attn_t);
+        } else {
+          attention_task<D, C::kHeadsPerPass>(hdr.hot, La, task, pos, slot, step.block_table, step.block_table_len,
+                                              hdr.bt, work, hdr.bcast, ctrs,
+                                              layer_counter_index(l, nkv, kCtrAttnKV + task.kvh),
+                                              layer_counter_index(l, nkv, kCtrAttnDone), e, qkv_t, attn_t);
+        }
         handed_off(t, l, kHandoffAttn, kEvAttnDone);
       }
 
@@ -466,8 +492,12 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
             sum_rows_to(prev->rin_next, layer_parts(m, l - 1, kPartDown, W, H), W, prev->rmid, c0, mine,
                         hdr.geo[C::kStageO].nu, H);
           }
-          consumer_wait(ctrs, layer_counter_index(l, nkv, kCtrAttnDone), next * static_cast<uint32_t>(nkv));
-          copy_to_smem(x_s, La.attn_out, nh * D);
+          if (tagged_attn) {
+            tagged_to_smem(x_s, tagged_l + I + (nh + 2 * nkv) * D, nh * D, handoff_tag(e), ctrs);
+          } else {
+            consumer_wait(ctrs, layer_counter_index(l, nkv, kCtrAttnDone), next * static_cast<uint32_t>(nkv));
+            copy_to_smem(x_s, La.attn_out, nh * D);
+          }
           if (tid == 0) tr.mark(t, l, kEvOReady);
           bf16* const o_out = La.o_out;
           bf16* const rmid = La.rmid;
@@ -485,7 +515,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
           if (tp) {
             consumer_signal_ranks(ctrs, layer_counter_index(l, nkv, C::kStageO), static_cast<uint32_t>(mine), W, delta);
           } else {
-            consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageO), static_cast<uint32_t>(mine));
+            consumer_signal<kRelaxO>(ctrs, layer_counter_index(l, nkv, C::kStageO), static_cast<uint32_t>(mine));
           }
           handed_off(t, l, C::kStageO, kEvODone);
         }
@@ -507,7 +537,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
             return __fmul_rn(__fdiv_rn(gt, 1.f + expf(-gt)), up);
           };
           if (tagged_gu) {  // (a loop of its own: the default loop keeps its register budget)
-            uint32_t* const act_t = m.act_tagged + static_cast<size_t>(l) * I;
+            uint32_t* const act_t = tagged_l;
             const uint32_t tag = handoff_tag(e);
             consume_stage<true>(m, hdr, ring, x_s, C::kStageGU, c0, [=](int r, int, float vg, float vu) {
               const float a = silu_mul(vg, vu);
@@ -523,7 +553,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
             consume_stage<true>(m, hdr, ring, x_s, C::kStageGU, c0, [=](int r, int, float vg, float vu) {
               st_bf16(act, r, silu_mul(vg, vu));
             }, tr, t, l, kEvGuLanded);
-            consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageGU), static_cast<uint32_t>(mine));
+            consumer_signal<kRelaxGU>(ctrs, layer_counter_index(l, nkv, C::kStageGU), static_cast<uint32_t>(mine));
           }
           handed_off(t, l, C::kStageGU, kEvGuDone);
         }
@@ -542,7 +572,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
             gather_rows(hdr.resid, La.rmid, c0, mine, hdr.geo[C::kStageDown].nu, H);
           }
           if (tagged_gu) {
-            tagged_to_smem(x_s, m.act_tagged + static_cast<size_t>(l) * I, I, handoff_tag(e), ctrs);
+            tagged_to_smem(x_s, tagged_l, I, handoff_tag(e), ctrs);
           } else {
             consumer_wait(ctrs, layer_counter_index(l, nkv, C::kStageGU), next * n_gu);
             copy_to_smem(x_s, La.act, I);
@@ -565,7 +595,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
             consumer_signal_ranks(ctrs, layer_counter_index(l, nkv, C::kStageDown), static_cast<uint32_t>(mine), W,
                                   delta);
           } else {
-            consumer_signal(ctrs, layer_counter_index(l, nkv, C::kStageDown), static_cast<uint32_t>(mine));
+            consumer_signal<kRelaxDown>(ctrs, layer_counter_index(l, nkv, C::kStageDown), static_cast<uint32_t>(mine));
           }
           handed_off(t, l, C::kStageDown, kEvDownDone);
         }

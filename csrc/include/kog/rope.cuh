@@ -7,12 +7,16 @@
 
 #include "kog/numerics.cuh"
 #include "kog/sync.cuh"
+#include "kog/tagged.cuh"
 
 namespace kog {
 
-template <int D>
-__device__ __forceinline__ void qk_norm_rope_warp(const bf16* src, const bf16* norm_w, float eps,
-                                                  const bf16* cos_sin_row, float (&y)[D / 32]) {
+// src: the head's GEMV output, bf16 (kTagged false) or the tagged words of it (tagged.cuh; kTagged true: polled
+// until each carries `tag`).
+template <int D, bool kTagged = false>
+__device__ __forceinline__ void qk_norm_rope_warp(const void* src, const bf16* norm_w, float eps,
+                                                  const bf16* cos_sin_row, float (&y)[D / 32], uint32_t tag = 0,
+                                                  uint32_t* ctrs = nullptr) {
   constexpr int E = D / 32;
   static_assert(E == 2 || E == 4, "head dim 64 or 128");
   const int lane = threadIdx.x & 31;
@@ -20,13 +24,19 @@ __device__ __forceinline__ void qk_norm_rope_warp(const bf16* src, const bf16* n
   float x[E], w[E], c[E / 2], s[E / 2];
 #pragma unroll
   for (int e = 0; e < E; ++e) {
-    x[e] = bf2f(ld_cg_u16(src + lane + 32 * e));
+    if constexpr (!kTagged) x[e] = bf2f(ld_cg_u16(static_cast<const bf16*>(src) + lane + 32 * e));
     w[e] = norm_w != nullptr ? __bfloat162float(norm_w[lane + 32 * e]) : 0.f;
   }
 #pragma unroll
   for (int e = 0; e < E / 2; ++e) {
     c[e] = __bfloat162float(cos_sin_row[lane + 32 * e]);
     s[e] = __bfloat162float(cos_sin_row[D / 2 + lane + 32 * e]);
+  }
+  if constexpr (kTagged) {
+    uint16_t b[E];
+    tagged_lane_words<E>(static_cast<const uint32_t*>(src), lane, tag, ctrs, b);
+#pragma unroll
+    for (int e = 0; e < E; ++e) x[e] = bf2f(b[e]);
   }
   if (norm_w != nullptr) {
     float ss = 0.f;

@@ -81,6 +81,11 @@ __device__ __forceinline__ int64_t ld_relaxed_sys_s64(const int64_t* p) {
   asm volatile("ld.relaxed.sys.global.s64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
+__device__ __forceinline__ uint32_t atom_relaxed_add(uint32_t* p, uint32_t v) {
+  uint32_t old;
+  asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
 __device__ __forceinline__ uint32_t atom_acq_rel_add(uint32_t* p, uint32_t v) {
   uint32_t old;
   asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
@@ -143,13 +148,26 @@ __device__ __forceinline__ void consumer_wait(uint32_t* ctrs, int index, uint32_
   consumer_sync();
 }
 
+// Diagnostics builds (-DKOG_BENCH_RELAXED_MASK=bits): the hand-offs whose bit is set signal without their release,
+// so without its fence (timing only: readers may see stale data). Bits: kRelax* below.
+#ifndef KOG_BENCH_RELAXED_MASK
+#define KOG_BENCH_RELAXED_MASK 0
+#endif
+constexpr int kRelaxQKV = 1, kRelaxAttn = 2, kRelaxO = 4, kRelaxGU = 8, kRelaxDown = 16;
+
 // Every consumer thread's prior global writes, then one release-add by thread 0: the barrier orders the other
 // threads' writes before thread 0's release (release is cumulative over causality order).
+template <int kRelaxBit = 0>
 __device__ __forceinline__ void consumer_signal(uint32_t* ctrs, int index, uint32_t amount) {
   consumer_sync();
-  if (threadIdx.x == 0) red_release_add(counter(ctrs, index), amount);
-}
-// The same, to counter `index` of each of W ranks (rank q's copy at + delta[q] bytes), at system scope: the block's
+  if (threadIdx.x == 0) {
+    if constexpr ((KOG_BENCH_RELAXED_MASK & kRelaxBit) != 0) {
+      red_relaxed_add(counter(ctrs, index), amount);
+    } else {
+      red_release_add(counter(ctrs, index), amount);
+    }
+  }
+}// The same, to counter `index` of each of W ranks (rank q's copy at + delta[q] bytes), at system scope: the block's
 // stores into the peers' buffers (through IPC mappings) are ordered before each release the same way.
 __device__ __forceinline__ void consumer_signal_ranks(uint32_t* ctrs, int index, uint32_t amount, int W,
                                                       const int64_t* delta) {

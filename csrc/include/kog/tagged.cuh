@@ -21,7 +21,25 @@
 namespace kog {
 
 // Bits of ModelArgs::tagged_handoffs.
-constexpr int kTaggedGateUp = 1;  // gate/up -> down: act through ModelArgs::act_tagged
+constexpr int kTaggedGateUp = 1;  // gate/up -> down: act through the layer's tagged act words
+constexpr int kTaggedQkv = 2;     // QKV -> attention: qkv_out through tagged words (no QKV release, no counter wait)
+constexpr int kTaggedAttn = 4;    // attention -> O: attn_out through tagged words (no attention release)
+
+// A layer's tagged words (ModelArgs::act_tagged, [num_layers][tagged_layer_words]): act [I] | qkv_out
+// [(nh + 2 nkv) D] | attn_out [nh D]. A launch with a bit set rewrites every word of that bit's vector for every
+// token and layer it runs.
+__host__ __device__ constexpr int64_t tagged_layer_words(int64_t inter, int64_t nh, int64_t nkv, int64_t d) {
+  return inter + (nh + 2 * nkv) * d + nh * d;
+}
+struct TaggedLayer {
+  uint32_t* act;
+  uint32_t* qkv;
+  uint32_t* attn;
+};
+__device__ __forceinline__ TaggedLayer tagged_layer(uint32_t* base, int l, int inter, int nh, int nkv, int d) {
+  uint32_t* p = base + static_cast<int64_t>(l) * tagged_layer_words(inter, nh, nkv, d);
+  return TaggedLayer{p, p + inter, p + inter + (nh + 2 * nkv) * d};
+}
 
 __device__ __forceinline__ uint32_t handoff_tag(uint32_t epoch) { return epoch % 65535u + 1u; }
 __device__ __forceinline__ uint32_t tagged_word(uint32_t tag, float v) {
@@ -40,6 +58,41 @@ __device__ __forceinline__ uint4 ld_relaxed_v4(const uint32_t* p) {
                : "memory");
   return v;
 }
+__device__ __forceinline__ uint32_t ld_relaxed_u32(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// One lane's N tagged words src[lane + 32 e] (e < N), as bf16 bit patterns, once each carries `tag`: all N loads are
+// issued before any is checked, and only those not yet ready are polled again. A wait past kWaitTimeoutCycles
+// records itself (site kSiteTagged) and returns what it has.
+template <int N>
+__device__ __forceinline__ void tagged_lane_words(const uint32_t* src, int lane, uint32_t tag, uint32_t* ctrs,
+                                                  uint16_t (&out)[N]) {
+  uint32_t w[N];
+#pragma unroll
+  for (int e = 0; e < N; ++e) w[e] = ld_relaxed_u32(src + lane + 32 * e);
+  const long long t0 = clock64();
+  for (uint32_t round = 1;; ++round) {
+    bool all = true;
+#pragma unroll
+    for (int e = 0; e < N; ++e) all &= (w[e] >> 16) == tag;
+    if (all) break;
+    if ((round & 1023u) == 0 && (aborted(ctrs) || clock64() - t0 > kWaitTimeoutCycles)) {
+      record_abort(ctrs, kSiteTagged, tag, static_cast<uint32_t>(lane), 0u);
+      break;
+    }
+    __nanosleep(32);
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      if ((w[e] >> 16) != tag) w[e] = ld_relaxed_u32(src + lane + 32 * e);
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < N; ++e) out[e] = static_cast<uint16_t>(w[e] & 0xffffu);
+}
+
 __device__ __forceinline__ bool tagged4_ready(const uint4& v, uint32_t tag) {
   return ((v.x >> 16) == tag) & ((v.y >> 16) == tag) & ((v.z >> 16) == tag) & ((v.w >> 16) == tag);
 }
