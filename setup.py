@@ -9,8 +9,9 @@ Environment:
   KOG_NVCC_THREADS=2     parallel nvcc threads.
   KOG_TRACE=1            compile the monokernel's timeline marks in (benchmarks/bench_monokernel.py --trace);
                          off by default: they cost ~4% at batch 1 even when unused (csrc/include/kog/trace.cuh).
-  KOG_NVCC_FLAGS="..."   extra nvcc flags for diagnostic builds, e.g. "-DKOG_BENCH_NO_MATH" or "-DKOG_BENCH_NO_COPY"
-                         (benchmarks/NOTES.md: what each one removes from the step).
+  KOG_NVCC_FLAGS="..."   extra nvcc flags for diagnostic builds, e.g. "-DKOG_BENCH_NO_MATH", "-DKOG_BENCH_NO_COPY",
+                         "-DKOG_BENCH_NO_ATTN" or "-DKOG_BENCH_RELAXED_MASK=31" (benchmarks/NOTES.md: what each one
+                         removes from the step).
 """
 
 import glob

@@ -325,9 +325,7 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
   // time, benchmarks/NOTES.md). Within a batch: M_b = max m_j, then sums in split order; batches merge with the
   // usual rescaling (S <= kCombineBatch: exactly reference.combine_splits' formula).
   constexpr int kB = MonoConfig::kCombineBatch;
-#ifdef KOG_BENCH_NO_ATTN
-  if (tid < 0)
-#endif
+#ifndef KOG_BENCH_NO_ATTN
   for (int idx = tid; idx < g * D; idx += MonoConfig::kConsumerThreads) {
     const int i = idx / D, d = idx - (idx / D) * D;
     const int head = kvh * g + i;
@@ -364,6 +362,7 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
     reinterpret_cast<uint16_t*>(L.attn_out)[head * D + d] = f2bf_bits(o);
     if (attn_t != nullptr) st_relaxed_u32(attn_t + head * D + d, tagged_word(tag, o));
   }
+#endif  // KOG_BENCH_NO_ATTN
   signal_done(ctrs, ctr_done, attn_t != nullptr);
 }
 

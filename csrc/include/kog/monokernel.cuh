@@ -6,7 +6,8 @@
 // The loader warp streams this block's weight chunks into a ring of shared-memory slots, in schedule order and
 // independently of any data dependency: it runs up to num_slots chunks ahead, across stage and layer boundaries,
 // while the consumer warps wait for their inputs. A consumer stage waits only on the counter of the data it
-// reads (docs/monokernel.md: epochs, acquire/release and why no counter is ever reset).
+// reads (docs/monokernel.md: epochs, acquire/release and why no counter is ever reset), or, on the attention chain
+// (QKV -> attention -> O, by default), polls the data itself as tagged words (tagged.cuh).
 #pragma once
 
 #include <cstdint>
@@ -343,7 +344,11 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
   const bool tagged_gu = C::kTaggedBuild && !kTP && (m.tagged_handoffs & kTaggedGateUp) != 0;
   // QKV -> attention and attention -> O through tagged words (tagged.cuh; TP=1 only): no release, no counter wait.
   const bool tagged_qkv = !kTP && (m.tagged_handoffs & kTaggedQkv) != 0;
+#ifdef KOG_BENCH_NO_ATTN  // (that diagnostics build writes no attention output, so the O stage waits on counters)
+  const bool tagged_attn = false;
+#else
   const bool tagged_attn = !kTP && (m.tagged_handoffs & kTaggedAttn) != 0;
+#endif
 
   const Tracer tr(m);
   // After a hand-off's release: its schedule position for the loader's hold (handoff_hold.cuh), its timeline mark.
