@@ -130,13 +130,11 @@ __device__ __forceinline__ void attend_positions(const LayerArgs& L, const AttnT
   }
 }
 
-// A KV head's output is complete: counter ctr_done + 1. Through a release (its barrier orders every thread's
-// attn_out stores before it), or, when the O stage reads the tagged words (relaxed), without one: the count then
-// only keeps the counter's arithmetic for a later launch that waits on it.
+// A KV head's output is complete: counter ctr_done + 1, through a release (its barrier orders every thread's
+// attn_out stores before it), or without one when the O stage reads the tagged words (`relaxed`).
 __device__ __forceinline__ void signal_done(uint32_t* ctrs, int ctr_done, bool relaxed) {
   if (relaxed) {
-    consumer_sync();
-    if (threadIdx.x == 0) red_relaxed_add(counter(ctrs, ctr_done), 1u);
+    consumer_signal_relaxed(ctrs, ctr_done, 1u);
   } else {
     consumer_signal<kRelaxAttn>(ctrs, ctr_done, 1u);
   }

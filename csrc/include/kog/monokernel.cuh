@@ -449,10 +449,8 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
               st_bf16(qkv_out, r, v);
               st_relaxed_u32(qkv_t + r, tagged_word(tag, v));
             }, tr, t, l, kEvQkvLanded);
-            // The attention splits poll the words: no release. The relaxed add keeps the count a later launch
-            // without the variant expects; the barrier keeps x_s until every warp is done with it.
-            consumer_sync();
-            if (tid == 0) red_relaxed_add(counter(ctrs, layer_counter_index(l, nkv, C::kStageQKV)), static_cast<uint32_t>(mine));
+            // The attention splits poll the words: no release.
+            consumer_signal_relaxed(ctrs, layer_counter_index(l, nkv, C::kStageQKV), static_cast<uint32_t>(mine));
           } else {
             consume_stage<false>(m, hdr, ring, x_s, C::kStageQKV, c0,
                                  [=](int r, int, float v, float) { st_bf16(qkv_out, r, v); }, tr, t, l, kEvQkvLanded);
@@ -549,11 +547,8 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
               st_bf16(act, r, a);
               st_relaxed_u32(act_t + r, tagged_word(tag, a));
             }, tr, t, l, kEvGuLanded);
-            // No release: the down stage reads the tagged words, not this counter. The relaxed add keeps the counter
-            // at the count a later launch without the variant expects; the barrier keeps x_s until every warp is
-            // done with it.
-            consumer_sync();
-            if (tid == 0) red_relaxed_add(counter(ctrs, layer_counter_index(l, nkv, C::kStageGU)), static_cast<uint32_t>(mine));
+            // No release: the down stage reads the tagged words, not this counter.
+            consumer_signal_relaxed(ctrs, layer_counter_index(l, nkv, C::kStageGU), static_cast<uint32_t>(mine));
           } else {
             consume_stage<true>(m, hdr, ring, x_s, C::kStageGU, c0, [=](int r, int, float vg, float vu) {
               st_bf16(act, r, silu_mul(vg, vu));

@@ -167,7 +167,14 @@ __device__ __forceinline__ void consumer_signal(uint32_t* ctrs, int index, uint3
       red_release_add(counter(ctrs, index), amount);
     }
   }
-}// The same, to counter `index` of each of W ranks (rank q's copy at + delta[q] bytes), at system scope: the block's
+}// The count without the release, for a hand-off whose readers poll tagged words (tagged.cuh) instead of this
+// counter: no fence; the count only keeps the counter where a later counter-based launch expects it. The barrier
+// keeps the stage's input buffer until every consumer warp is done with it.
+__device__ __forceinline__ void consumer_signal_relaxed(uint32_t* ctrs, int index, uint32_t amount) {
+  consumer_sync();
+  if (threadIdx.x == 0) red_relaxed_add(counter(ctrs, index), amount);
+}
+// The same, to counter `index` of each of W ranks (rank q's copy at + delta[q] bytes), at system scope: the block's
 // stores into the peers' buffers (through IPC mappings) are ordered before each release the same way.
 __device__ __forceinline__ void consumer_signal_ranks(uint32_t* ctrs, int index, uint32_t amount, int W,
                                                       const int64_t* delta) {
