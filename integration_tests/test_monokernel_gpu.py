@@ -335,10 +335,9 @@ def test_loader_variants_change_timing_only(variant, model):
     """The schedule's benchmark variants change when data moves, not what is computed: the loader's hold around
     hand-offs (ModelArgs::stage_end_copies / attn_end_copies < num_slots), its L2 prefetch while waiting for a slot
     (stall_prefetch_chunks; 64 runs past the end of the launch's schedule), its cap on copies in flight
-    (max_inflight), hand-offs through tagged words (tagged_handoffs: gate/up -> down, QKV -> attention,
-    attention -> O). A K=4 launch with one gives the
-    default launch's tokens, logits and caches bit for bit, and no wait times out (the hold cannot deadlock; a
-    tagged wait does not outlive its token)."""
+    (max_inflight), hand-offs through tagged words or counters (tagged_handoffs: gate/up -> down, QKV -> attention,
+    attention -> O). A K=4 launch with one gives the default launch's tokens, logits and caches bit for bit, and no
+    wait times out (the hold cannot deadlock; a tagged wait does not outlive its token)."""
     overrides = _LOADER_VARIANTS[variant]
     if overrides.get("tagged_handoffs", 0) & 1 and not _config("kTaggedBuild"):
         pytest.skip("the tagged gate/up hand-off exists only in a build with KOG_NVCC_FLAGS=-DKOG_TAGGED_HANDOFFS=1")

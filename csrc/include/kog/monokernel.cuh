@@ -425,6 +425,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
       const LayerArgs& La = hdr.lay[l & 1];
       const LayerArgs* prev = l > 0 ? &hdr.lay[(l - 1) & 1] : nullptr;
       const bf16* rin = l == 0 ? emb : prev->rin_next;
+      // This layer's tagged words (tagged.cuh): act at +0, qkv_out at +I, attn_out at +I + (nh + 2 nkv) D.
       uint32_t* const tagged_l = m.act_tagged + static_cast<int64_t>(l) * tagged_layer_words(I, nh, nkv, D);
 
       int qkv_mine = 0, gu_mine = 0;  // chunks this block owns in the QKV / gate/up stage of this layer

@@ -167,7 +167,8 @@ __device__ __forceinline__ void consumer_signal(uint32_t* ctrs, int index, uint3
       red_release_add(counter(ctrs, index), amount);
     }
   }
-}// The count without the release, for a hand-off whose readers poll tagged words (tagged.cuh) instead of this
+}
+// The count without the release, for a hand-off whose readers poll tagged words (tagged.cuh) instead of this
 // counter: no fence; the count only keeps the counter where a later counter-based launch expects it. The barrier
 // keeps the stage's input buffer until every consumer warp is done with it.
 __device__ __forceinline__ void consumer_signal_relaxed(uint32_t* ctrs, int index, uint32_t amount) {

@@ -31,15 +31,6 @@ constexpr int kTaggedAttn = 4;    // attention -> O: attn_out through tagged wor
 __host__ __device__ constexpr int64_t tagged_layer_words(int64_t inter, int64_t nh, int64_t nkv, int64_t d) {
   return inter + (nh + 2 * nkv) * d + nh * d;
 }
-struct TaggedLayer {
-  uint32_t* act;
-  uint32_t* qkv;
-  uint32_t* attn;
-};
-__device__ __forceinline__ TaggedLayer tagged_layer(uint32_t* base, int l, int inter, int nh, int nkv, int d) {
-  uint32_t* p = base + static_cast<int64_t>(l) * tagged_layer_words(inter, nh, nkv, d);
-  return TaggedLayer{p, p + inter, p + inter + (nh + 2 * nkv) * d};
-}
 
 __device__ __forceinline__ uint32_t handoff_tag(uint32_t epoch) { return epoch % 65535u + 1u; }
 __device__ __forceinline__ uint32_t tagged_word(uint32_t tag, float v) {
