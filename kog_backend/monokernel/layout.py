@@ -93,7 +93,7 @@ CONFIG: dict[str, int] = {
     "attn_work_floats_128": 36 * 128 + 64,
     "kCtrLayerBase": 12,
     "layer_counter_count_0": 5,
-    "kTraceEvents": 15,
+    "kTraceEvents": 18,
     "kMaxTP": 8,
     "kCtrTpLM": 9,
     "kStageEndCopies": 2,
@@ -113,7 +113,7 @@ CONFIG_NAMES = tuple(CONFIG)
 TRACE_EVENTS: tuple[str, ...] = (
     "kEvQkvReady", "kEvQkvDone", "kEvAttnReady", "kEvAttnDone", "kEvOReady", "kEvODone", "kEvGuReady",
     "kEvGuDone", "kEvDownReady", "kEvDownDone", "kEvLoaderLayer", "kEvQkvLanded", "kEvOLanded", "kEvGuLanded",
-    "kEvDownLanded",
+    "kEvDownLanded", "kEvAttnQ", "kEvAttnKV", "kEvAttnPart",
 )  # fmt: skip
 
 

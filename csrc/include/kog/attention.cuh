@@ -18,6 +18,7 @@
 #include "kog/rope.cuh"
 #include "kog/sync.cuh"
 #include "kog/tagged.cuh"
+#include "kog/trace.cuh"
 
 namespace kog {
 
@@ -146,7 +147,7 @@ template <int D, int HP>
 __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnTask& task, int pos, int64_t slot,
                                const int32_t* block_table, int bt_len, const int* bt_s, float* work, int* bcast,
                                uint32_t* ctrs, int ctr_kv, int ctr_done, uint32_t epoch, const uint32_t* qkv_t,
-                               uint32_t* attn_t) {
+                               uint32_t* attn_t, const Tracer& tr, int t, int l) {
   constexpr int W = MonoConfig::kConsumerWarps;
   constexpr int LPP = D / 8, PPW = 32 / LPP, NG = W * PPW;
   constexpr int U = MonoConfig::kAttnUnroll, E = D / 32;
@@ -223,6 +224,7 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
       }
     }
     consumer_sync();
+    if (hb == 0 && tid == 0) tr.mark(t, l, kEvAttnQ);
 
     float q[HP][8], mrun[HP], lrun[HP], acc[HP][8];
 #pragma unroll
@@ -274,6 +276,7 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
       }
     }
     consumer_sync();
+    if (hb == 0 && tid == 0) tr.mark(t, l, kEvAttnKV);
 
     // Merge the warps; write this split's partial for each head of the pass.
     for (int idx = tid; idx < hp * D; idx += MonoConfig::kConsumerThreads) {
@@ -302,6 +305,7 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
       }
     }
     consumer_sync();
+    if (hb == 0 && tid == 0) tr.mark(t, l, kEvAttnPart);
   }
 
 #endif  // KOG_BENCH_NO_ATTN

@@ -470,12 +470,12 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
         if (nh <= 2 * nkv) {  // GQA <= 2 (Qwen3-1.7B): passes of 2 heads, no empty heads computed
           attention_task<D, 2>(hdr.hot, La, task, pos, slot, step.block_table, step.block_table_len, hdr.bt, work,
                                hdr.bcast, ctrs, layer_counter_index(l, nkv, kCtrAttnKV + task.kvh),
-                               layer_counter_index(l, nkv, kCtrAttnDone), e, qkv_t, attn_t);
+                               layer_counter_index(l, nkv, kCtrAttnDone), e, qkv_t, attn_t, tr, t, l);
         } else {
           attention_task<D, C::kHeadsPerPass>(hdr.hot, La, task, pos, slot, step.block_table, step.block_table_len,
                                               hdr.bt, work, hdr.bcast, ctrs,
                                               layer_counter_index(l, nkv, kCtrAttnKV + task.kvh),
-                                              layer_counter_index(l, nkv, kCtrAttnDone), e, qkv_t, attn_t);
+                                              layer_counter_index(l, nkv, kCtrAttnDone), e, qkv_t, attn_t, tr, t, l);
         }
         handed_off(t, l, kHandoffAttn, kEvAttnDone);
       }

@@ -31,7 +31,13 @@ enum TraceEvent : int {
   kEvOLanded = 12,
   kEvGuLanded = 13,
   kEvDownLanded = 14,
-  kTraceEvents = 15,
+  // Inside the attention split (attention.cuh): q of the first pass rotated in shared memory and this token's K/V
+  // appended (the q pass's barrier); the first pass's positions attended and merged per warp; its output or
+  // partial written.
+  kEvAttnQ = 15,
+  kEvAttnKV = 16,
+  kEvAttnPart = 17,
+  kTraceEvents = 18,
   // Row num_layers (LM head):
   kEvLmReady = kEvQkvReady,     // last layer complete, final norm done
   kEvLmDone = kEvQkvDone,       // this block's argmax published
