@@ -50,6 +50,11 @@ struct MonoConfig {
   // 3:12 / 4:12: Llama-3.2-1B 751.8 / 729.1 / 715.9 / 723.6 / 724.0, Qwen3-1.7B 1143.4 / 1109.5 / 1100.3 / 1093.6
   // / 1100.7, Llama-3.1-8B 3703.1 / 3663.1 / 3655.6 / 3666.9 / 3679.9; holding the attention split (12:1, 12:2)
   // gained < 1%. With six copies in flight (the fifth session) every hold was slower.
+  // The loader applies it as max(h, num_slots - the block's chunks of the stage), and not at a tagged QKV hand-off
+  // (no release there): measured 2026-12-04 on the H200 (NOTES.md, fifteenth session), main / this / this / main,
+  // us per step at ctx 32 / 512: Qwen3-1.7B 1001.8 / 993.5 / 995.2 / 999.4, 1128.8 / 1109.9 / 1110.1 / 1125.3;
+  // Llama-3.2-1B 694.2 / 682.3 / 684.0 / 692.0, 743.0 / 733.8 / 732.9 / 739.1; Llama-3.1-8B 3640.3 / 3638.9 /
+  // 3642.7 / 3637.9, 3856.4 / 3862.7 / 3866.5 / 3856.1.
   static constexpr int kStageEndCopies = 2;
   static constexpr int kAttnEndCopies = kMaxSlots;
   // Hand-offs the loader keeps armed: <= kMaxSlots + 1 stage ends (each but the one being signalled has a chunk in

@@ -122,6 +122,7 @@ __device__ __forceinline__ void prefetch_chunk_l2(const Chunk& ch) {
 // With stage_end_copies / attn_end_copies below num_slots it holds around the block's hand-offs (handoff_hold.cuh).
 // No deadlock: a loader held at a hand-off has issued every chunk up to it, so the earliest hand-off not yet made
 // anywhere has all its chunks in its ring and, by induction over the schedule, all its inputs on their way.
+template <bool kTP>
 __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader& hdr, uint8_t* ring) {
 #ifdef KOG_BENCH_NO_RING_SYNC  // diagnostics build: no loader at all, consumers never wait for a slot (timing only)
   return;
@@ -131,6 +132,8 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
   const int hold_stage = static_cast<int>(m.stage_end_copies), hold_attn = static_cast<int>(m.attn_end_copies);
   const bool has_task = has_attn_task(static_cast<int>(m.num_kv_heads), static_cast<int>(m.num_splits));
   const bool holding = hold_stage < ns || (has_task && hold_attn < ns);
+  // A QKV hand-off through tagged words has no release (tagged.cuh): nothing to hold for.
+  const bool qkv_unfenced = !kTP && (m.tagged_handoffs & kTaggedQkv) != 0;
   const int L = static_cast<int>(m.num_layers);
   HandoffHold hh;
   int issued = 0;
@@ -210,7 +213,13 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
     }
     ++issued;
     if (holding && fill.c + static_cast<int>(gridDim.x) >= geo[fill.st].chunks) {  // the block's last chunk of it
-      if (hold_stage < ns) hh.arm(hand_off_seq(fill.t, fill.l, fill.st, L), issued + hold_stage);
+      // Up to max(h, ns - mine) chunks past it, mine = the block's chunks of the stage (fill.c = c0 + (mine - 1) G,
+      // c0 < G): a stage of few chunks per block (O of the 1-2B shapes: 2) lets the ring fill behind the
+      // attention's wait, and a full ring has nothing in flight when the release comes (docs/monokernel.md item 9).
+      const int mine = fill.c / static_cast<int>(gridDim.x) + 1;
+      if (hold_stage < ns && !(qkv_unfenced && fill.st == MonoConfig::kStageQKV)) {
+        hh.arm(hand_off_seq(fill.t, fill.l, fill.st, L), issued + max(hold_stage, ns - mine));
+      }
       if (fill.st == MonoConfig::kStageQKV && has_task && hold_attn < ns) {
         hh.arm(hand_off_seq(fill.t, fill.l, kHandoffAttn, L), issued + hold_attn);
       }
@@ -723,7 +732,7 @@ __global__ void __launch_bounds__(MonoConfig::kThreads, 1) monokernel_kernel(con
   uint8_t* ring = smem + MonoConfig::kHeaderBytes + m.work_bytes;
   if (threadIdx.x >= MonoConfig::kConsumerThreads) {
     setmaxnreg_dec<MonoConfig::kLoaderRegs>();
-    if (threadIdx.x == MonoConfig::kLoaderWarp * 32) run_loader(m, step, hdr, ring);
+    if (threadIdx.x == MonoConfig::kLoaderWarp * 32) run_loader<kTP>(m, step, hdr, ring);
     return;
   }
   setmaxnreg_inc<MonoConfig::kConsumerRegs>();
