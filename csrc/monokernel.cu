@@ -214,7 +214,8 @@ std::vector<int64_t> monokernel_config() {
           kTraceEvents,      C::kMaxTP,         kCtrTpLM,         C::kStageEndCopies, C::kAttnEndCopies,
           C::kHandoffQueue,  C::kAttnSingleCtx,  C::kStallPrefetchChunks,
           C::kTaggedHandoffs, C::kTaggedBatch,     C::kTaggedBuild,  C::kMaxInflight,
-          C::kAttnShortLen};
+          C::kAttnShortLen,
+          tagged_layer_words(8192, 32, 8, 64), tagged_layer_words(6144, 16, 8, 128)};
 }
 
 }  // namespace kog

@@ -187,9 +187,9 @@ class Monokernel:
         self.scratch = torch.empty(L * per_layer, dtype=torch.bfloat16, device=device)
         self.partials = torch.empty(L * (nh * S * 2 + nh * S * D), dtype=torch.float32, device=device)
         self.counters = torch.zeros(layout.num_counters(L, nkv), dtype=torch.int32, device=device)
-        # Tagged words of each layer's act | qkv_out | attn_out (csrc/include/kog/tagged.cuh, tagged_layer_words;
-        # read only with tagged_handoffs): zero means "not written", so they are zeroed with the counters.
-        self.act_tagged = torch.zeros(L * (I + (nh + 2 * nkv) * D + nh * D), dtype=torch.int32, device=device)
+        # Tagged words of each layer's act | qkv_out | attn_out (read only with tagged_handoffs): zero means "not
+        # written", so they are zeroed with the counters.
+        self.act_tagged = torch.zeros(L * layout.tagged_layer_words(I, nh, nkv, D), dtype=torch.int32, device=device)
         tp_fields = {"tp_size": 1, "tp_rank": 0, "tp_parts": 0, "tp_keys": 0, "tp_delta": [0] * layout.CONFIG["kMaxTP"]}
         counters_ptr = self.counters.data_ptr()
         self._tp_buffer = tp_buffer

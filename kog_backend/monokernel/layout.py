@@ -69,6 +69,13 @@ LAYER_FIELDS: tuple[str, ...] = (
     "qkv_out", "q_out", "attn_ml", "attn_acc", "attn_out", "o_out", "rmid", "act", "down_out", "rin_next",
 )  # fmt: skip
 
+
+def tagged_layer_words(inter: int, num_heads: int, num_kv_heads: int, head_dim: int) -> int:
+    """int32 words of one layer's tagged act | qkv_out | attn_out (kog::tagged_layer_words, tagged.cuh); CONFIG's
+    tagged_layer_words_* entries check the formula against the extension at two shapes."""
+    return inter + (num_heads + 2 * num_kv_heads) * head_dim + num_heads * head_dim
+
+
 # kog::MonoConfig and derived constants, in the order kog::monokernel_config() returns them.
 CONFIG: dict[str, int] = {
     "kConsumerWarps": 8,
@@ -106,6 +113,8 @@ CONFIG: dict[str, int] = {
     "kTaggedBuild": 0,  # 1 in a -DKOG_TAGGED_HANDOFFS=1 benchmark build (whose tests/test_monokernel_cpu.py then fails)
     "kMaxInflight": 2,
     "kAttnShortLen": 32,
+    "tagged_layer_words_8192_32_8_64": tagged_layer_words(8192, 32, 8, 64),
+    "tagged_layer_words_6144_16_8_128": tagged_layer_words(6144, 16, 8, 128),
 }
 CONFIG_NAMES = tuple(CONFIG)
 

@@ -27,7 +27,8 @@ constexpr int kTaggedAttn = 4;    // attention -> O: attn_out through tagged wor
 
 // A layer's tagged words (ModelArgs::act_tagged, [num_layers][tagged_layer_words]): act [I] | qkv_out
 // [(nh + 2 nkv) D] | attn_out [nh D]. A launch with a bit set rewrites every word of that bit's vector for every
-// token and layer it runs.
+// token and layer it runs. The host sizes the buffer with layout.tagged_layer_words (checked through
+// monokernel_config).
 __host__ __device__ constexpr int64_t tagged_layer_words(int64_t inter, int64_t nh, int64_t nkv, int64_t d) {
   return inter + (nh + 2 * nkv) * d + nh * d;
 }
