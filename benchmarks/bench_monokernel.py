@@ -179,6 +179,11 @@ def parse_ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x.strip())
 
 
+def parse_sets(text: str) -> tuple[dict[str, int], ...]:
+    """"a=1;a=1,b=3" -> ({"a": 1}, {"a": 1, "b": 3}): --set's variants of ModelArgs overrides."""
+    return tuple({k: int(v) for k, v in (kv.split("=") for kv in item.split(","))} for item in text.split(";") if item)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="llama-3.2-1b,qwen3-1.7b,llama-3.1-8b")
@@ -212,8 +217,7 @@ def main() -> int:
                                  holds=parse_holds(args.hold), single_ctx=args.single_ctx,
                                  prefetch=parse_ints(args.prefetch), stall_prefetch=parse_ints(args.stall_prefetch),
                                  tagged=args.tagged, inflight=parse_ints(args.inflight),
-                                 sets=tuple({k: int(v) for k, v in (kv.split("=") for kv in s.split(","))}
-                                            for s in args.set.split(";") if s))
+                                 sets=parse_sets(args.set))
         rows += shape_rows
         for r in shape_rows:
             print(f"  {r['shape']} {r['variant']} ctx {r['ctx']}: {r['us']:.1f} us", flush=True)

@@ -133,7 +133,7 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
   const bool has_task = has_attn_task(static_cast<int>(m.num_kv_heads), static_cast<int>(m.num_splits));
   const bool holding = hold_stage < ns || (has_task && hold_attn < ns);
   // A QKV hand-off through tagged words has no release (tagged.cuh): nothing to hold for.
-  const bool qkv_unfenced = !kTP && (m.tagged_handoffs & kTaggedQkv) != 0;
+  const bool qkv_unfenced = tagged_qkv_handoff<kTP>(m);
   const int L = static_cast<int>(m.num_layers);
   HandoffHold hh;
   int issued = 0;
@@ -352,7 +352,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
   // gate/up -> down through tagged words instead of the gate/up counter (tagged.cuh; TP=1 only).
   const bool tagged_gu = C::kTaggedBuild && !kTP && (m.tagged_handoffs & kTaggedGateUp) != 0;
   // QKV -> attention and attention -> O through tagged words (tagged.cuh; TP=1 only): no release, no counter wait.
-  const bool tagged_qkv = !kTP && (m.tagged_handoffs & kTaggedQkv) != 0;
+  const bool tagged_qkv = tagged_qkv_handoff<kTP>(m);
 #ifdef KOG_BENCH_NO_ATTN  // (that diagnostics build writes no attention output, so the O stage waits on counters)
   const bool tagged_attn = false;
 #else

@@ -1,4 +1,5 @@
-// Hand-offs through tagged words (a benchmark variant, ModelArgs::tagged_handoffs; docs/monokernel.md item 12).
+// Hand-offs through tagged words (ModelArgs::tagged_handoffs: QKV -> attention and attention -> O by default,
+// gate/up -> down a benchmark variant; docs/monokernel.md items 12, 12b).
 //
 // A counter hand-off costs the producer a release (its fence waits for the bulk copies its SM has in flight:
 // ~1 us with none under the others' stream, 5-7 us with six, benchmarks/NOTES.md) and the consumer a counter round
@@ -31,6 +32,13 @@ constexpr int kTaggedAttn = 4;    // attention -> O: attn_out through tagged wor
 // monokernel_config).
 __host__ __device__ constexpr int64_t tagged_layer_words(int64_t inter, int64_t nh, int64_t nkv, int64_t d) {
   return inter + (nh + 2 * nkv) * d + nh * d;
+}
+
+// Whether a launch's QKV -> attention hand-off goes through tagged words (TP = 1 only): the consumers then signal
+// it without a release and the loader does not hold for it, so both must agree.
+template <bool kTP>
+__device__ __forceinline__ bool tagged_qkv_handoff(const ModelArgs& m) {
+  return !kTP && (m.tagged_handoffs & kTaggedQkv) != 0;
 }
 
 __device__ __forceinline__ uint32_t handoff_tag(uint32_t epoch) { return epoch % 65535u + 1u; }
