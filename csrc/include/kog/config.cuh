@@ -69,7 +69,10 @@ struct MonoConfig {
   // (its ring full behind a dependency wait: the QKV -> attention -> O chain leaves an SM's HBM share idle for
   // ~3-6 us per 1B layer, NOTES.md 2026-12-03), it sends up to this many of its next chunks towards L2 (the chunk
   // it waits to copy first), so the copies after the wait hit L2. Unlike kPrefetchChunks' constant lead it adds
-  // no request while the ring streams.
+  // no request while the ring streams. Re-measured 2026-12-04 with the stage-end hold (NOTES.md, seventeenth
+  // session), 4 chunks, us per step: Qwen3-1.7B ctx 32 1003.6 -> 1091.7, ctx 512 1111.3 -> 1144.4; Llama-3.2-1B
+  // 683.4 -> 741.5, 730.2 -> 774.1. Prefetching while the loader is held at a hand-off (a local branch) was slower
+  // still (+8-15%).
   static constexpr int kStallPrefetchChunks = 0;
   // Default of ModelArgs::max_inflight: bulk copies the loader keeps in flight per SM (0 or >= num_slots: no cap,
   // every free slot's copy issued at once). The latency probe (NOTES.md 2026-12-02) found 2 copies of 32 KiB in
