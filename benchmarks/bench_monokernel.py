@@ -12,10 +12,10 @@ shallower weight ring, no / deeper L2 prefetch beyond the ring; --hold 1:12,12:1
 hand-offs (ModelArgs::stage_end_copies:attn_end_copies, csrc/include/kog/handoff_hold.cuh) on every shape, and
 --single-ctx 256 one attention split per KV head at short contexts (ModelArgs::attn_single_ctx), --prefetch 3,6 a
 constant L2 lead beyond the ring and --stall-prefetch 2,4,8 the L2 prefetch while the loader waits for a slot
-(ModelArgs::prefetch_chunks / stall_prefetch_chunks), --tagged 1 the gate/up -> down hand-off through tagged
-words (ModelArgs::tagged_handoffs), --inflight 2,3 at most that many bulk copies in flight per SM
+(ModelArgs::prefetch_chunks / stall_prefetch_chunks), --inflight 2,3 at most that many bulk copies in flight per SM
 (ModelArgs::max_inflight), --set 'tagged_handoffs=6;tagged_handoffs=6,stage_end_copies=3' any ModelArgs overrides
-together. --trace prints a typical layer's timeline
+together (e.g. 'tagged_handoffs=7' adds the gate/up -> down hand-off through tagged words in a
+-DKOG_TAGGED_HANDOFFS=1 build). --trace prints a typical layer's timeline
 (Monokernel.trace_table, kog_backend/monokernel/timeline.py). Prints a table last; writes JSON to $OUT/bench_monokernel.json when $OUT is set.
 
   python benchmarks/bench_monokernel.py [--shapes llama-3.2-1b,...] [--ctx 32,1024,4096] [--reps 50]
@@ -75,7 +75,7 @@ def time_steps(fn, reps: int, warmup: int = 5) -> float:
 
 def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, variants: bool,
                 trace: bool = False, holds: tuple[tuple[int, int], ...] = (), single_ctx: int = 0,
-                prefetch: tuple[int, ...] = (), stall_prefetch: tuple[int, ...] = (), tagged: int = 0,
+                prefetch: tuple[int, ...] = (), stall_prefetch: tuple[int, ...] = (),
                 inflight: tuple[int, ...] = (), sets: tuple[dict[str, int], ...] = ()) -> list[dict]:
     s = synthetic.make_shape(*synthetic.SHAPES[name], max_position=max(ctxs) + 64)
     w = synthetic.random_decoder(s, dev, seed=1)
@@ -84,7 +84,7 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
     caches = synthetic.paged_kv_caches(s, num_blocks, BS, dev)
     mk = Monokernel(w, caches, dev, max_model_len=max_ctx + 8)
     wbytes = w.weight_bytes_per_token()
-    kv_row = s.num_layers * s.num_kv_heads * 2 * s.head_dim * 2
+    kv_row = s.kv_bytes_per_position
     rows = []
     bt = synthetic.shuffled_block_table(num_blocks, num_blocks - 1, num_blocks, dev, seed=3)
     synthetic.fill_context(caches, bt, max_ctx, s.head_dim, seed=4)
@@ -136,10 +136,6 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
         cases[f"L2 on stall {n}"] = (dict(stall_prefetch_chunks=n), wbytes)
     for n in inflight:  # ModelArgs::max_inflight: at most n bulk copies in flight per SM
         cases[f"{n} in flight"] = (dict(max_inflight=n), wbytes)
-    if tagged:  # ModelArgs::tagged_handoffs: gate/up -> down through tagged words (csrc/include/kog/tagged.cuh)
-        cases[f"tagged {tagged}"] = (dict(tagged_handoffs=tagged), wbytes)
-        for n in stall_prefetch:
-            cases[f"tagged {tagged}, L2 on stall {n}"] = (dict(tagged_handoffs=tagged, stall_prefetch_chunks=n), wbytes)
     for ov in sets:  # --set: any ModelArgs overrides together
         cases[",".join(f"{k}={v}" for k, v in ov.items())] = (dict(ov), wbytes)
     if single_ctx:  # ModelArgs::attn_single_ctx: one attention split per KV head up to this context
@@ -203,8 +199,6 @@ def main() -> int:
                     "(ModelArgs::max_inflight), timed as variants of every shape at the first ctx")
     ap.add_argument("--set", default="", help="semicolon-separated variants, each comma-separated ModelArgs "
                     "overrides (e.g. 'tagged_handoffs=6;tagged_handoffs=6,stage_end_copies=3'), timed at the first ctx")
-    ap.add_argument("--tagged", type=int, default=0, help="bits of ModelArgs::tagged_handoffs (1: gate/up -> down "
-                    "through tagged words), timed alone and with each --stall-prefetch budget")
     args = ap.parse_args()
     dev = torch.device("cuda", 0)
     ctxs = [int(x) for x in args.ctx.split(",")]
@@ -216,7 +210,7 @@ def main() -> int:
                                  variants=not args.no_variants and name == "llama-3.2-1b", trace=args.trace,
                                  holds=parse_holds(args.hold), single_ctx=args.single_ctx,
                                  prefetch=parse_ints(args.prefetch), stall_prefetch=parse_ints(args.stall_prefetch),
-                                 tagged=args.tagged, inflight=parse_ints(args.inflight),
+                                 inflight=parse_ints(args.inflight),
                                  sets=parse_sets(args.set))
         rows += shape_rows
         for r in shape_rows:

@@ -67,7 +67,7 @@ def rank_bench(rank: int, world: int, shapes: list[str], ctx: int, k: int, reps:
         ids = torch.tensor([42], device=dev)
         positions = torch.tensor([ctx], device=dev)
         slots = torch.tensor([int(bt[ctx // BS]) * BS + ctx % BS], device=dev)
-        kv_bytes = ctx * s.num_layers * w.shape.num_kv_heads * 2 * s.head_dim * 2  # this rank's KV heads
+        kv_bytes = ctx * w.shape.kv_bytes_per_position  # this rank's KV heads
         row = dict(shape=name, world=world, rank=rank, ranks_per_gpu=share, grid=mk.plan.grid, k=k, ctx=ctx,
                    weight_bytes=w.weight_bytes_per_token(), kv_bytes=kv_bytes, layers=s.num_layers)  # fmt: skip
         # no exchange: tp_rank 0 and W = 1 make every push target delta[0], which must then be this rank's own

@@ -67,6 +67,12 @@ class DecoderShape:
     def gqa_ratio(self) -> int:
         return self.num_heads // self.num_kv_heads
 
+    @property
+    def kv_bytes_per_position(self) -> int:
+        """bf16 K and V of one context position over all layers (this rank's KV heads): what attention reads per
+        position of its context."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * 2
+
 
 @dataclasses.dataclass
 class LayerWeights:

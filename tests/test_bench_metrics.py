@@ -87,6 +87,17 @@ def test_kv_bytes():
     assert model_bytes.mean_kv_bytes_per_token(cfg, 32, 512) == pytest.approx(per_pos * sum(range(33, 545)) / 512)
 
 
+@pytest.mark.parametrize("name", ["llama-3.2-1b", "qwen3-1.7b", "llama-3.1-8b"])
+def test_kernel_benches_count_kv_bytes_as_kog_bench_does(name):
+    # bench_monokernel.py / bench_tp_monokernel.py count K/V through DecoderShape, kog bench through the config.
+    from kog_backend.monokernel import synthetic
+
+    s = synthetic.make_shape(*synthetic.SHAPES[name])
+    assert s.kv_bytes_per_position == model_bytes.kv_bytes_per_position(shapes.get_shape(name))
+    half = synthetic.make_shape(*synthetic.SHAPES[name][:4], s.num_kv_heads // 2, *synthetic.SHAPES[name][5:])
+    assert 2 * half.kv_bytes_per_position == s.kv_bytes_per_position  # a TP-2 rank holds half the KV heads
+
+
 def _settings(**kw) -> offline.Settings:
     return offline.Settings(models=["x"], **kw)
 
