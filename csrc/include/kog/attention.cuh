@@ -175,6 +175,14 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
     if (tid == 0) red_relaxed_add(counter(ctrs, ctr_kv), 1u);
     return;
   }
+#ifdef KOG_BENCH_SALT_MID  // diagnostics build: KOG_BENCH_SALT_MID never-run sleeps here move the attention's code
+                           // and all code after it by 16 B each, the code before it not (benchmarks/NOTES.md,
+                           // seventeenth session)
+  if (nh < 0) {
+#pragma unroll
+    for (int i = 0; i < KOG_BENCH_SALT_MID; ++i) asm volatile("nanosleep.u32 0;");
+  }
+#endif
 
   float* qs = work;                 // [HP][D]    rotated q of this pass
   float* wm = qs + HP * D;          // [W][HP]    per-warp running max
