@@ -11,7 +11,8 @@ Environment:
                          off by default: they cost ~4% at batch 1 even when unused (csrc/include/kog/trace.cuh).
   KOG_NVCC_FLAGS="..."   extra nvcc flags for diagnostic builds, e.g. "-DKOG_BENCH_NO_MATH", "-DKOG_BENCH_NO_COPY",
                          "-DKOG_BENCH_NO_ATTN" or "-DKOG_BENCH_RELAXED_MASK=31" (benchmarks/NOTES.md: what each one
-                         removes from the step).
+                         removes from the step); "-DKOG_BENCH_SALT=n" / "-DKOG_BENCH_SALT_MID=n" change only where
+                         ptxas puts the code, for measuring how much that alone moves the step.
 """
 
 import glob
