@@ -11,8 +11,9 @@ Environment:
                          off by default: they cost ~4% at batch 1 even when unused (csrc/include/kog/trace.cuh).
   KOG_NVCC_FLAGS="..."   extra nvcc flags for diagnostic builds, e.g. "-DKOG_BENCH_NO_MATH", "-DKOG_BENCH_NO_COPY",
                          "-DKOG_BENCH_NO_ATTN" or "-DKOG_BENCH_RELAXED_MASK=31" (benchmarks/NOTES.md: what each one
-                         removes from the step); "-DKOG_BENCH_SALT=n" / "-DKOG_BENCH_SALT_MID=n" change only where
-                         ptxas puts the code, for measuring how much that alone moves the step.
+                         removes from the step); "-DKOG_BENCH_SALT=n" (the code shifted by 16 n bytes) and
+                         "-DKOG_BENCH_SALT_MID=n" (a never-run branch: ptxas schedules anew) change nothing the step
+                         runs, for measuring how much code generation alone moves it.
 """
 
 import glob

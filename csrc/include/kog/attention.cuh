@@ -175,9 +175,9 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
     if (tid == 0) red_relaxed_add(counter(ctrs, ctr_kv), 1u);
     return;
   }
-#ifdef KOG_BENCH_SALT_MID  // diagnostics build: KOG_BENCH_SALT_MID never-run sleeps here move the attention's code
-                           // and all code after it by 16 B each, the code before it not (benchmarks/NOTES.md,
-                           // seventeenth session)
+#ifdef KOG_BENCH_SALT_MID  // diagnostics build: a never-run branch over KOG_BENCH_SALT_MID sleeps; ptxas then
+                           // schedules the whole kernel anew (a sample of how much its choices alone move the step,
+                           // benchmarks/NOTES.md, seventeenth session)
   if (nh < 0) {
 #pragma unroll
     for (int i = 0; i < KOG_BENCH_SALT_MID; ++i) asm volatile("nanosleep.u32 0;");
