@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Kernel builds A/B in one device call (the only comparison that holds: machines differ by a few percent). Builds
-# also differ by up to ~3% through ptxas's choices alone (NOTES.md, seventeenth session: a change in code a ctx-32
-# step never runs moved the Qwen3-1.7B step by 27-39 us), so a build-against-build difference that small is not yet
-# a design result; runtime variants of one build (bench_monokernel.py --set) are free of it.
+# whose executed code is the same still differ by up to ~8 us on Qwen3-1.7B through code generation alone (NOTES.md,
+# eighteenth session: shifted and rescheduled builds of main), and builds that add never-run code have run up to
+# 27-39 us slower (seventeenth session), so a small build-against-build difference is not yet a design result;
+# runtime variants of one build (bench_monokernel.py --set) are free of it.
 #   bash benchmarks/ab_kernel_builds.sh "BENCH ARGS" NAME [NAME ...]
 # Each NAME is an extension build at .device/variants/NAME.so.xz of this tree's sources (make one here with
 # KOG_NVCC_FLAGS=... python setup.py build_ext --inplace, strip, xz), or, for a build of other sources (another
