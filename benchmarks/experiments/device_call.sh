@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One device call for experiment builds made by build_tree.sh (.device/trees/NAME): the A/B of BUILDS on Qwen3-1.7B
+# and Llama-3.2-1B at the contexts in $CTX (default 32,128,512; benchmarks/ab_kernel_builds.sh: forward, then
+# reverse), then the kernel tests (integration_tests/test_monokernel_gpu.py) inside each tree of TESTS.
+#   source .device/env.sh && bash benchmarks/experiments/device_call.sh "BUILDS" "TESTS"
+# Carry: .device/env.sh, .device/vllm-0.26.0-h200-extra.tar.xz (pytest), .device/trees (about 3 MiB per tree).
+set -u
+builds=$1
+tests=${2:-}
+OUT=${OUT:-/tmp/kog-exp}
+mkdir -p "$OUT"
+start=$SECONDS
+OUT=$OUT/ab bash benchmarks/ab_kernel_builds.sh \
+  "--no-variants --reps 20 --shapes qwen3-1.7b,llama-3.2-1b --ctx ${CTX:-32,128,512}" $builds > "$OUT/ab.txt" 2>&1
+echo "== A/B: $((SECONDS - start)) s" | tee -a "$OUT/ab.txt"
+for t in $tests; do
+  s=$SECONDS
+  (cd ".device/trees/$t" && xz -dc kog_backend/_C.abi3.so.xz > kog_backend/_C.abi3.so \
+    && PYTHONPATH=$PWD:${PYTHONPATH:-} timeout 240 python3 -m pytest -q -x integration_tests/test_monokernel_gpu.py) \
+    > "$OUT/tests-$t.txt" 2>&1
+  echo "== tests $t: rc=$? $((SECONDS - s)) s: $(tail -n 1 "$OUT/tests-$t.txt")"
+done
+cat "$OUT/ab.txt"
