@@ -23,6 +23,8 @@ BUILDS = {
     "pt-ogu-tp": (["pass-template.patch", "tagged-o-gu.patch"], "64, 4, true, true",
                   ["-DKOG_EXP_TAGGED_O", "-DKOG_EXP_TAGGED_GU"]),
     "p1024": (["icache-probe.patch"], "128, false, false", ["-DKOG_BENCH_ICACHE_PROBE=1024"]),
+    "mma": (["mma-gemv.patch"], "128, false, false", []),
+    "mma-tp-sampled": (["mma-gemv.patch"], "64, true, true", []),
 }  # fmt: skip
 
 
