@@ -18,10 +18,11 @@ NVCC = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc"
 # name: (patches in order, kernel instantiation to compile, nvcc flags) -- the builds of the README.
 BUILDS = {
     "pt": (["pass-template.patch"], "128, 2, false, false", []),
-    "pt-ogu": (["pass-template.patch", "tagged-o-gu.patch"], "128, 2, false, false",
-               ["-DKOG_EXP_TAGGED_O", "-DKOG_EXP_TAGGED_GU"]),
-    "pt-ogu-tp": (["pass-template.patch", "tagged-o-gu.patch"], "64, 4, true, true",
-                  ["-DKOG_EXP_TAGGED_O", "-DKOG_EXP_TAGGED_GU"]),
+    "pt-o": (["pass-template.patch", "tagged-stages.patch"], "128, 2, false, false", ["-DKOG_EXP_TAGGED_O"]),
+    "pt-ogud": (["pass-template.patch", "tagged-stages.patch"], "128, 2, false, false",
+                ["-DKOG_EXP_TAGGED_O", "-DKOG_EXP_TAGGED_GU", "-DKOG_EXP_TAGGED_DOWN"]),
+    "pt-ogud-tp-sampled": (["pass-template.patch", "tagged-stages.patch"], "64, 4, true, true",
+                           ["-DKOG_EXP_TAGGED_O", "-DKOG_EXP_TAGGED_GU", "-DKOG_EXP_TAGGED_DOWN"]),
     "p1024": (["icache-probe.patch"], "128, false, false", ["-DKOG_BENCH_ICACHE_PROBE=1024"]),
     "mma": (["mma-gemv.patch"], "128, false, false", []),
     "mma-tp-sampled": (["mma-gemv.patch"], "64, true, true", []),
