@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds every tree the README's device calls use (build_tree.sh, one after another: ~2 minutes each on two
+# cores), then lists them. Start it first thing in a session that may get a device: the trees are not kept.
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+b=benchmarks/experiments/build_tree.sh
+bash $b main "" ""
+bash $b pt "pass-template.patch" ""
+bash $b pt-o "pass-template.patch tagged-stages.patch" "-DKOG_EXP_TAGGED_O"
+bash $b pt-ogu "pass-template.patch tagged-stages.patch" "-DKOG_EXP_TAGGED_O -DKOG_EXP_TAGGED_GU"
+bash $b pt-ogud "pass-template.patch tagged-stages.patch" "-DKOG_EXP_TAGGED_O -DKOG_EXP_TAGGED_GU -DKOG_EXP_TAGGED_DOWN"
+bash $b mma "mma-gemv.patch" ""
+bash $b p1024 "icache-probe.patch" "-DKOG_BENCH_ICACHE_PROBE=1024"
+bash $b p1024loop "icache-probe.patch" "-DKOG_BENCH_ICACHE_PROBE=1024 -DKOG_BENCH_ICACHE_LOOP"
+du -sh .device/trees/*
