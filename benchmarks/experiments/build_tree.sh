@@ -3,8 +3,9 @@
 # benchmarks/experiments/ applied in order, compiled with KOG_NVCC_FLAGS, packed as .device/trees/NAME/ (sources +
 # kog_backend/_C.abi3.so.xz: the layout benchmarks/ab_kernel_builds.sh times and the kernel tests run in).
 #   bash benchmarks/experiments/build_tree.sh NAME "PATCH ..." "NVCC FLAGS"
-# e.g. build_tree.sh pt-o "pass-template.patch tagged-o-gu.patch" "-DKOG_EXP_TAGGED_O". About 5 minutes on two
-# cores; prints ptxas's spill lines per kernel (a build that spills is not the design it was meant to measure).
+# e.g. build_tree.sh pt-o "pass-template.patch tagged-stages.patch" "-DKOG_EXP_TAGGED_O" (build_all.sh makes every
+# tree the README's device calls use). About 2 minutes on two cores; prints ptxas's spill lines per kernel (a build
+# that spills is not the design it was meant to measure).
 set -euo pipefail
 name=$1
 patches=${2:-}
