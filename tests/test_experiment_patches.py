@@ -26,6 +26,8 @@ BUILDS = {
     "p1024": (["icache-probe.patch"], "128, false, false", ["-DKOG_BENCH_ICACHE_PROBE=1024"]),
     "mma": (["mma-gemv.patch"], "128, false, false", []),
     "mma-tp-sampled": (["mma-gemv.patch"], "64, true, true", []),
+    "stream": (["stream-tokens.patch"], "128, false, false", []),
+    "stream-tp": (["stream-tokens.patch"], "64, false, true", []),
 }  # fmt: skip
 
 

@@ -11,6 +11,7 @@ bash $b pt-ogu "pass-template.patch tagged-stages.patch" "-DKOG_EXP_TAGGED_O -DK
 bash $b pt-ogud "pass-template.patch tagged-stages.patch" "-DKOG_EXP_TAGGED_O -DKOG_EXP_TAGGED_GU -DKOG_EXP_TAGGED_DOWN"
 bash $b mma "mma-gemv.patch" ""
 bash $b nomath "" "-DKOG_BENCH_NO_MATH"
+bash $b stream "stream-tokens.patch" ""
 bash $b p1024 "icache-probe.patch" "-DKOG_BENCH_ICACHE_PROBE=1024"
 bash $b p1024loop "icache-probe.patch" "-DKOG_BENCH_ICACHE_PROBE=1024 -DKOG_BENCH_ICACHE_LOOP"
 du -sh .device/trees/*
