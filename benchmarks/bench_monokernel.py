@@ -19,6 +19,9 @@ together (e.g. 'tagged_handoffs=7' adds the gate/up -> down hand-off through tag
 (Monokernel.trace_table, kog_backend/monokernel/timeline.py). Prints a table last; writes JSON to $OUT/bench_monokernel.json when $OUT is set.
 
   python benchmarks/bench_monokernel.py [--shapes llama-3.2-1b,...] [--ctx 32,1024,4096] [--reps 50]
+
+--tokens 32 also times 32-token launches (Monokernel.generate, as vLLM's bursts run) and reports their time per
+token: what a change at the token boundary (the LM head's argmax, the next token's first weights) moves.
 """
 
 from __future__ import annotations
@@ -76,13 +79,13 @@ def time_steps(fn, reps: int, warmup: int = 5) -> float:
 def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, variants: bool,
                 trace: bool = False, holds: tuple[tuple[int, int], ...] = (), single_ctx: int = 0,
                 prefetch: tuple[int, ...] = (), stall_prefetch: tuple[int, ...] = (),
-                inflight: tuple[int, ...] = (), sets: tuple[dict[str, int], ...] = ()) -> list[dict]:
-    s = synthetic.make_shape(*synthetic.SHAPES[name], max_position=max(ctxs) + 64)
+                inflight: tuple[int, ...] = (), sets: tuple[dict[str, int], ...] = (), tokens: int = 1) -> list[dict]:
+    s = synthetic.make_shape(*synthetic.SHAPES[name], max_position=max(ctxs) + 64 + tokens)
     w = synthetic.random_decoder(s, dev, seed=1)
     max_ctx = max(ctxs)
-    num_blocks = max_ctx // BS + 16
+    num_blocks = (max_ctx + tokens) // BS + 16
     caches = synthetic.paged_kv_caches(s, num_blocks, BS, dev)
-    mk = Monokernel(w, caches, dev, max_model_len=max_ctx + 8)
+    mk = Monokernel(w, caches, dev, max_model_len=max_ctx + 8 + tokens)
     wbytes = w.weight_bytes_per_token()
     kv_row = s.kv_bytes_per_position
     rows = []
@@ -97,6 +100,12 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
         slots = torch.tensor([int(bt[pos // BS]) * BS + pos % BS], device=dev)
         return lambda: mk.step(ids, positions, bt, slots, tokens_out=out, model_table=table)
 
+    def burst(ctx):  # one launch of `tokens` tokens at positions ctx - 1 ... ctx + tokens - 2 (no stop id)
+        pos = ctx - 1
+        positions = torch.tensor([pos], device=dev)
+        slots = torch.tensor([int(bt[pos // BS]) * BS + pos % BS], device=dev)
+        return lambda: mk.generate(ids, positions, bt, slots, tokens)
+
     for ctx in ctxs:
         t = time_steps(run(ctx), reps)
         byt = wbytes + ctx * kv_row
@@ -107,6 +116,17 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
         if diag:
             print(f"!! {name} ctx {ctx}: {diag}", flush=True)
             mk.reset_counters()
+        if tokens > 1:  # per token of a K-token launch, as vLLM's bursts run it (the mean context is ctx + (K - 1) / 2)
+            t = time_steps(burst(ctx), reps) / tokens
+            byt = wbytes + (ctx + (tokens - 1) / 2) * kv_row
+            rows.append(dict(shape=name, variant=f"K={tokens}, per token", ctx=ctx, us=t * 1e6, gbs=byt / t / 1e9,
+                             share=byt / t / 1e9 / copy_gbs, weight_gb=wbytes / 1e9,
+                             floor_us=byt / (copy_gbs * 1e9) * 1e6))  # fmt: skip
+            print(f"  .. {name} K={tokens} ctx {ctx}: {t * 1e6:.1f} us per token", flush=True)
+            diag = mk.diagnostics()
+            if diag:
+                print(f"!! {name} K={tokens} ctx {ctx}: {diag}", flush=True)
+                mk.reset_counters()
     if trace:
         table, tl = mk.trace_table()
         torch.cuda.synchronize()
@@ -182,6 +202,8 @@ def parse_sets(text: str) -> tuple[dict[str, int], ...]:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=1, help="also time K-token launches (Monokernel.generate, no stop "
+                    "id) and report their time per token, beside the one-token steps")
     ap.add_argument("--shapes", default="llama-3.2-1b,qwen3-1.7b,llama-3.1-8b")
     ap.add_argument("--ctx", default="32,1024,4096")
     ap.add_argument("--reps", type=int, default=50)
@@ -211,7 +233,7 @@ def main() -> int:
                                  holds=parse_holds(args.hold), single_ctx=args.single_ctx,
                                  prefetch=parse_ints(args.prefetch), stall_prefetch=parse_ints(args.stall_prefetch),
                                  inflight=parse_ints(args.inflight),
-                                 sets=parse_sets(args.set))
+                                 sets=parse_sets(args.set), tokens=args.tokens)
         rows += shape_rows
         for r in shape_rows:
             print(f"  {r['shape']} {r['variant']} ctx {r['ctx']}: {r['us']:.1f} us", flush=True)
