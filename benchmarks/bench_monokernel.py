@@ -94,39 +94,33 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
     ids = torch.tensor([42], device=dev)
     out = torch.empty(1, dtype=torch.int64, device=dev)
 
-    def run(ctx, table=None):
+    def inputs(ctx):  # the step's position (ctx - 1) and its slot
         pos = ctx - 1
-        positions = torch.tensor([pos], device=dev)
-        slots = torch.tensor([int(bt[pos // BS]) * BS + pos % BS], device=dev)
+        return torch.tensor([pos], device=dev), torch.tensor([int(bt[pos // BS]) * BS + pos % BS], device=dev)
+
+    def run(ctx, table=None):
+        positions, slots = inputs(ctx)
         return lambda: mk.step(ids, positions, bt, slots, tokens_out=out, model_table=table)
 
     def burst(ctx):  # one launch of `tokens` tokens at positions ctx - 1 ... ctx + tokens - 2 (no stop id)
-        pos = ctx - 1
-        positions = torch.tensor([pos], device=dev)
-        slots = torch.tensor([int(bt[pos // BS]) * BS + pos % BS], device=dev)
+        positions, slots = inputs(ctx)
         return lambda: mk.generate(ids, positions, bt, slots, tokens)
 
-    for ctx in ctxs:
-        t = time_steps(run(ctx), reps)
-        byt = wbytes + ctx * kv_row
-        rows.append(dict(shape=name, variant="full", ctx=ctx, us=t * 1e6, gbs=byt / t / 1e9,
-                         share=byt / t / 1e9 / copy_gbs, weight_gb=wbytes / 1e9, floor_us=byt / (copy_gbs * 1e9) * 1e6))  # fmt: skip
-        print(f"  .. {name} full ctx {ctx}: {t * 1e6:.1f} us", flush=True)
+    def record(variant, ctx, t, byt, weight_bytes):  # one table row; a wait that timed out is reported and reset
+        rows.append(dict(shape=name, variant=variant, ctx=ctx, us=t * 1e6, gbs=byt / t / 1e9,
+                         share=byt / t / 1e9 / copy_gbs, weight_gb=weight_bytes / 1e9,
+                         floor_us=byt / (copy_gbs * 1e9) * 1e6))  # fmt: skip
+        print(f"  .. {name} {variant} ctx {ctx}: {t * 1e6:.1f} us", flush=True)
         diag = mk.diagnostics()
         if diag:
-            print(f"!! {name} ctx {ctx}: {diag}", flush=True)
+            print(f"!! {name} {variant} ctx {ctx}: {diag}", flush=True)
             mk.reset_counters()
+
+    for ctx in ctxs:
+        record("full", ctx, time_steps(run(ctx), reps), wbytes + ctx * kv_row, wbytes)
         if tokens > 1:  # per token of a K-token launch, as vLLM's bursts run it (the mean context is ctx + (K - 1) / 2)
-            t = time_steps(burst(ctx), reps) / tokens
-            byt = wbytes + (ctx + (tokens - 1) / 2) * kv_row
-            rows.append(dict(shape=name, variant=f"K={tokens}, per token", ctx=ctx, us=t * 1e6, gbs=byt / t / 1e9,
-                             share=byt / t / 1e9 / copy_gbs, weight_gb=wbytes / 1e9,
-                             floor_us=byt / (copy_gbs * 1e9) * 1e6))  # fmt: skip
-            print(f"  .. {name} K={tokens} ctx {ctx}: {t * 1e6:.1f} us per token", flush=True)
-            diag = mk.diagnostics()
-            if diag:
-                print(f"!! {name} K={tokens} ctx {ctx}: {diag}", flush=True)
-                mk.reset_counters()
+            record(f"K={tokens}, per token", ctx, time_steps(burst(ctx), reps) / tokens,
+                   wbytes + (ctx + (tokens - 1) / 2) * kv_row, wbytes)
     if trace:
         table, tl = mk.trace_table()
         torch.cuda.synchronize()
@@ -168,15 +162,8 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
             table = mk.variant_table(**ov)
             torch.cuda.synchronize()
             mk.reset_counters()  # a variant with fewer layers leaves the other layers' counters behind the epoch
-            t = time_steps(run(ctx, table), reps)
             byt += ctx * kv_row * (ov.get("num_layers", s.num_layers) / s.num_layers)
-            rows.append(dict(shape=name, variant=vname, ctx=ctx, us=t * 1e6, gbs=byt / t / 1e9,
-                             share=byt / t / 1e9 / copy_gbs, weight_gb=byt / 1e9, floor_us=byt / (copy_gbs * 1e9) * 1e6))  # fmt: skip
-            print(f"  .. {name} {vname} ctx {ctx}: {t * 1e6:.1f} us", flush=True)
-            diag = mk.diagnostics()
-            if diag:
-                print(f"!! {name} {vname}: {diag}", flush=True)
-                mk.reset_counters()
+            record(vname, ctx, time_steps(run(ctx, table), reps), byt, byt)
     del mk, w, caches
     torch.cuda.empty_cache()
     return rows
