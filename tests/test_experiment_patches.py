@@ -29,6 +29,8 @@ BUILDS = {
             ["-DKOG_EXP_FUSED_MLP", "-DKOG_EXP_FUSED_O"]),
     "fmo-tp": (["pass-template.patch", "fused-mlp.patch"], "128, 2, false, true",
                ["-DKOG_EXP_FUSED_MLP", "-DKOG_EXP_FUSED_O"]),
+    "fmoc": (["pass-template.patch", "fused-mlp.patch"], "128, 2, false, false",
+             ["-DKOG_EXP_FUSED_MLP", "-DKOG_EXP_FUSED_O", "-DKOG_EXP_FUSED_COMBINE"]),
     "p1024": (["icache-probe.patch"], "128, false, false", ["-DKOG_BENCH_ICACHE_PROBE=1024"]),
     "mma": (["mma-gemv.patch"], "128, false, false", []),
     "mma-tp-sampled": (["mma-gemv.patch"], "64, true, true", []),

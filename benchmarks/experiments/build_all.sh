@@ -11,6 +11,7 @@ bash $b pt-ogu "pass-template.patch tagged-stages.patch" "-DKOG_EXP_TAGGED_O -DK
 bash $b pt-ogud "pass-template.patch tagged-stages.patch" "-DKOG_EXP_TAGGED_O -DKOG_EXP_TAGGED_GU -DKOG_EXP_TAGGED_DOWN"
 bash $b fm "pass-template.patch fused-mlp.patch" "-DKOG_EXP_FUSED_MLP"
 bash $b fmo "pass-template.patch fused-mlp.patch" "-DKOG_EXP_FUSED_MLP -DKOG_EXP_FUSED_O"
+bash $b fmoc "pass-template.patch fused-mlp.patch" "-DKOG_EXP_FUSED_MLP -DKOG_EXP_FUSED_O -DKOG_EXP_FUSED_COMBINE"
 bash $b mma "mma-gemv.patch" ""
 bash $b nomath "" "-DKOG_BENCH_NO_MATH"
 bash $b stream "stream-tokens.patch" ""
