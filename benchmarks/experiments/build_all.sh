@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds every tree the README's device calls use (build_tree.sh, one after another: ~2 minutes each on two
-# cores), then lists them. Start it first thing in a session that may get a device: the trees are not kept.
+# cores), then lists them. Start it first thing in a session that may get a device whose checkout has no trees yet
+# (`.device/` is git-ignored; it survives only where the checkout does).
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 b=benchmarks/experiments/build_tree.sh
