@@ -4,7 +4,8 @@
 # stock and kog side by side) for SHAPES, then, if PYTEST_K is given, call 3's multi-token parity tests selected by
 # it with the tree's kernel (KOG_TEST_IMPL=monokernel, KOG_TEST_SHAPE the first of SHAPES).
 #   source .device/env.sh && [PYTEST_K="greedy_identical"] bash benchmarks/experiments/vllm_call.sh NAME "SHAPES"
-# Carry: .device/env.sh, .device/vllm-0.26.0-h200-extra.tar.xz, .device/trees. The tree's package is installed
+# Carry: .device/env.sh, .device/vllm-0.26.0-h200.tar.xz, .device/vllm-0.26.0-h200-extra.tar.xz and
+# .device/trees/NAME only (vLLM and every tree together exceed the carry limit). The tree's package is installed
 # (editable, without building: its stripped .so is unpacked), so a later runbook call on the same machine
 # reinstalls main's (run_on_device.sh's marker is removed).
 set -u
