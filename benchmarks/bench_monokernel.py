@@ -13,8 +13,8 @@ hand-offs (ModelArgs::stage_end_copies:attn_end_copies, csrc/include/kog/handoff
 --single-ctx 256 one attention split per KV head at short contexts (ModelArgs::attn_single_ctx), --prefetch 3,6 a
 constant L2 lead beyond the ring and --stall-prefetch 2,4,8 the L2 prefetch while the loader waits for a slot
 (ModelArgs::prefetch_chunks / stall_prefetch_chunks), --inflight 2,3 at most that many bulk copies in flight per SM
-(ModelArgs::max_inflight), --set 'tagged_handoffs=6;tagged_handoffs=6,stage_end_copies=3' any ModelArgs overrides
-together (e.g. 'tagged_handoffs=7' adds the gate/up -> down hand-off through tagged words in a
+(ModelArgs::max_inflight), --set 'stage_end_copies=3;stage_end_copies=3,max_inflight=3' any ModelArgs overrides
+together (e.g. 'tagged_handoffs=1' makes the gate/up -> down hand-off through tagged words in a
 -DKOG_TAGGED_HANDOFFS=1 build). --trace prints a typical layer's timeline
 (Monokernel.trace_table, kog_backend/monokernel/timeline.py). Prints a table last; writes JSON to $OUT/bench_monokernel.json when $OUT is set.
 
@@ -207,7 +207,7 @@ def main() -> int:
     ap.add_argument("--inflight", default="", help="comma-separated caps on the bulk copies in flight per SM "
                     "(ModelArgs::max_inflight), timed as variants of every shape at the first ctx")
     ap.add_argument("--set", default="", help="semicolon-separated variants, each comma-separated ModelArgs "
-                    "overrides (e.g. 'tagged_handoffs=6;tagged_handoffs=6,stage_end_copies=3'), timed at the first ctx")
+                    "overrides (e.g. 'stage_end_copies=3;stage_end_copies=3,max_inflight=3'), timed at the first ctx")
     args = ap.parse_args()
     dev = torch.device("cuda", 0)
     ctxs = [int(x) for x in args.ctx.split(",")]

@@ -23,14 +23,14 @@ namespace kog {
 
 namespace {
 
-template <int D, bool kSampled, bool kTP>
+template <int D, int HP, bool kSampled, bool kTP>
 void launch(const StepArgs& step, int grid, int smem_bytes, cudaStream_t stream) {
   static bool attr_set[64] = {};
   int dev = 0;
   C10_CUDA_CHECK(cudaGetDevice(&dev));
   if (dev < 64 && !attr_set[dev]) {
-    const cudaError_t err = cudaFuncSetAttribute(monokernel_kernel<D, kSampled, kTP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 MonoConfig::kMaxSmemBytes);
+    const cudaError_t err = cudaFuncSetAttribute(monokernel_kernel<D, HP, kSampled, kTP>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, MonoConfig::kMaxSmemBytes);
     TORCH_CHECK(err == cudaSuccess, "kog monokernel: cannot raise the shared-memory limit to ",
                 MonoConfig::kMaxSmemBytes, " bytes: ", cudaGetErrorString(err));
     attr_set[dev] = true;
@@ -45,7 +45,7 @@ void launch(const StepArgs& step, int grid, int smem_bytes, cudaStream_t stream)
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, monokernel_kernel<D, kSampled, kTP>, step);
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, monokernel_kernel<D, HP, kSampled, kTP>, step);
   TORCH_CHECK(err == cudaSuccess, "kog monokernel launch failed (grid ", grid, ", ", MonoConfig::kThreads,
               " threads, ", smem_bytes, " B shared memory): ", cudaGetErrorString(err));
 }
@@ -55,13 +55,33 @@ void check_cuda(const at::Tensor& t, const char* name, const at::Device& dev) {
   TORCH_CHECK(t.is_contiguous(), "kog monokernel: ", name, " must be contiguous");
 }
 
+template <int HP>
+void dispatch(const StepArgs& step, int64_t head_dim, bool sampled, bool tp, int grid, int smem_bytes,
+              cudaStream_t stream) {
+  if (tp) {
+    if (head_dim == 64) {
+      sampled ? launch<64, HP, true, true>(step, grid, smem_bytes, stream)
+              : launch<64, HP, false, true>(step, grid, smem_bytes, stream);
+    } else {
+      sampled ? launch<128, HP, true, true>(step, grid, smem_bytes, stream)
+              : launch<128, HP, false, true>(step, grid, smem_bytes, stream);
+    }
+  } else if (head_dim == 64) {
+    sampled ? launch<64, HP, true, false>(step, grid, smem_bytes, stream)
+            : launch<64, HP, false, false>(step, grid, smem_bytes, stream);
+  } else {
+    sampled ? launch<128, HP, true, false>(step, grid, smem_bytes, stream)
+            : launch<128, HP, false, false>(step, grid, smem_bytes, stream);
+  }
+}
+
 }  // namespace
 
 void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, const at::Tensor& positions,
                      const at::Tensor& block_table, const at::Tensor& slot_mapping, at::Tensor& tokens_out,
                      const std::optional<at::Tensor>& logits_out, const std::optional<at::Tensor>& num_out,
                      const std::optional<at::Tensor>& stop_ids, at::Tensor& scratch, int64_t num_tokens,
-                     int64_t head_dim, int64_t grid, int64_t smem_bytes,
+                     int64_t head_dim, int64_t heads_per_pass, int64_t grid, int64_t smem_bytes,
                      const std::optional<at::Tensor>& sample_seed, double temperature, int64_t tp_size,
                      const std::optional<at::Tensor>& launch_gate, int64_t gate_min,
                      const std::optional<at::Tensor>& cancel, int64_t cancel_id) {
@@ -86,6 +106,8 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
               "kog monokernel: tokens_out must be int64 [>= num_tokens]");
   check_cuda(scratch, "scratch", dev);
   TORCH_CHECK(head_dim == 64 || head_dim == 128, "kog monokernel: head_dim ", head_dim, " (64 or 128 only)");
+  TORCH_CHECK(heads_per_pass == 2 || heads_per_pass == MonoConfig::kHeadsPerPass, "kog monokernel: heads_per_pass ",
+              heads_per_pass, " (2 or ", MonoConfig::kHeadsPerPass, " only; plan.heads_per_pass)");
   TORCH_CHECK(tp_size >= 1 && tp_size <= MonoConfig::kMaxTP, "kog monokernel: tp_size ", tp_size, " outside 1..",
               MonoConfig::kMaxTP);
   TORCH_CHECK(grid >= 1 && smem_bytes > 0 && smem_bytes <= MonoConfig::kMaxSmemBytes,
@@ -159,16 +181,12 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
   const bool sampled = step.sample_seed != nullptr;
   // A TP launch is its own instantiation. A table with tp_size > 1 needs tp_size > 1 here (Monokernel passes both);
   // the reverse, a tp_size = 1 table in a TP launch, is benchmarks/bench_tp_monokernel.py's no-exchange variant.
-  if (tp_size > 1) {
-    if (head_dim == 64) {
-      sampled ? launch<64, true, true>(step, g, sm, stream) : launch<64, false, true>(step, g, sm, stream);
-    } else {
-      sampled ? launch<128, true, true>(step, g, sm, stream) : launch<128, false, true>(step, g, sm, stream);
-    }
-  } else if (head_dim == 64) {
-    sampled ? launch<64, true, false>(step, g, sm, stream) : launch<64, false, false>(step, g, sm, stream);
+  // Every pass width computes every GQA ratio (a KV head's query heads in passes of HP); the plan picks the one that
+  // computes no empty heads in the fewest passes.
+  if (heads_per_pass == 2) {
+    dispatch<2>(step, head_dim, sampled, tp_size > 1, g, sm, stream);
   } else {
-    sampled ? launch<128, true, false>(step, g, sm, stream) : launch<128, false, false>(step, g, sm, stream);
+    dispatch<MonoConfig::kHeadsPerPass>(step, head_dim, sampled, tp_size > 1, g, sm, stream);
   }
 }
 

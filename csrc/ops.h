@@ -18,7 +18,7 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
                      const at::Tensor& block_table, const at::Tensor& slot_mapping, at::Tensor& tokens_out,
                      const std::optional<at::Tensor>& logits_out, const std::optional<at::Tensor>& num_out,
                      const std::optional<at::Tensor>& stop_ids, at::Tensor& scratch, int64_t num_tokens,
-                     int64_t head_dim, int64_t grid, int64_t smem_bytes,
+                     int64_t head_dim, int64_t heads_per_pass, int64_t grid, int64_t smem_bytes,
                      const std::optional<at::Tensor>& sample_seed, double temperature, int64_t tp_size,
                      const std::optional<at::Tensor>& launch_gate, int64_t gate_min,
                      const std::optional<at::Tensor>& cancel, int64_t cancel_id);

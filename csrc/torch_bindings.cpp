@@ -15,9 +15,9 @@ TORCH_LIBRARY(kog, m) {
   m.def(
       "monokernel_step(Tensor model_args, Tensor input_ids, Tensor positions, Tensor block_table, "
       "Tensor slot_mapping, Tensor(a!) tokens_out, Tensor(b!)? logits_out, Tensor(c!)? num_out, Tensor? stop_ids, "
-      "Tensor(d!) scratch, int num_tokens, int head_dim, int grid, int smem_bytes, Tensor? sample_seed=None, "
-      "float temperature=0.0, int tp_size=1, Tensor? launch_gate=None, int gate_min=0, Tensor? cancel=None, "
-      "int cancel_id=0) -> ()");
+      "Tensor(d!) scratch, int num_tokens, int head_dim, int heads_per_pass, int grid, int smem_bytes, "
+      "Tensor? sample_seed=None, float temperature=0.0, int tp_size=1, Tensor? launch_gate=None, int gate_min=0, "
+      "Tensor? cancel=None, int cancel_id=0) -> ()");
   m.def("monokernel_layout() -> int[]");
   m.impl("monokernel_layout", &kog::monokernel_layout);
   m.def("monokernel_config() -> int[]");

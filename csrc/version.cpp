@@ -2,6 +2,6 @@
 
 namespace kog {
 
-int64_t version() { return 1; }
+int64_t version() { return 2; }
 
 }  // namespace kog

@@ -318,10 +318,6 @@ _LOADER_VARIANTS = {
     "inflight_2_hold_1_1": dict(max_inflight=2, stage_end_copies=1, attn_end_copies=1),
     "tagged_gate_up": dict(tagged_handoffs=1),
     "tagged_gate_up_stall_prefetch_4": dict(tagged_handoffs=1, stall_prefetch_chunks=4),
-    "counters": dict(tagged_handoffs=0),
-    "tagged_qkv": dict(tagged_handoffs=2),
-    "tagged_attn": dict(tagged_handoffs=4),
-    "tagged_qkv_attn_no_hold": dict(tagged_handoffs=6, stage_end_copies=12),
 }  # fmt: skip
 
 # (arch, head dim, GQA, position): Llama-like GQA 4 with 16 splits of the context; Qwen3-like GQA 2 (passes of two
@@ -335,9 +331,9 @@ def test_loader_variants_change_timing_only(variant, model):
     """The schedule's benchmark variants change when data moves, not what is computed: the loader's hold around
     hand-offs (ModelArgs::stage_end_copies / attn_end_copies < num_slots), its L2 prefetch while waiting for a slot
     (stall_prefetch_chunks; 64 runs past the end of the launch's schedule), its cap on copies in flight
-    (max_inflight), hand-offs through tagged words or counters (tagged_handoffs: gate/up -> down, QKV -> attention,
-    attention -> O). A K=4 launch with one gives the default launch's tokens, logits and caches bit for bit, and no
-    wait times out (the hold cannot deadlock; a tagged wait does not outlive its token)."""
+    (max_inflight), the gate/up -> down hand-off through tagged words (tagged_handoffs bit 1, in a
+    -DKOG_TAGGED_HANDOFFS=1 build). A K=4 launch with one gives the default launch's tokens, logits and caches bit
+    for bit, and no wait times out (the hold cannot deadlock; a tagged wait does not outlive its token)."""
     overrides = _LOADER_VARIANTS[variant]
     if overrides.get("tagged_handoffs", 0) & 1 and not _config("kTaggedBuild"):
         pytest.skip("the tagged gate/up hand-off exists only in a build with KOG_NVCC_FLAGS=-DKOG_TAGGED_HANDOFFS=1")
@@ -356,6 +352,40 @@ def test_loader_variants_change_timing_only(variant, model):
         assert mk.diagnostics() is None, mk.diagnostics()
         results.append((tokens.tolist(), int(count.item()), logits.view(torch.int16).clone(),
                         [c.view(torch.int16).clone() for c in caches]))
+    (t0, n0, l0, c0), (t1, n1, l1, c1) = results
+    assert n0 == n1 == 4 and t0 == t1, (t0, t1)
+    assert torch.equal(l0, l1), "logits differ"
+    assert all(torch.equal(a, b) for a, b in zip(c0, c1)), "caches differ"
+
+
+@pytest.mark.parametrize("gqa,ctx", [(2, 40), (2, 300), (4, 100), (8, 40)])
+def test_attention_pass_widths_agree(gqa, ctx):
+    """Both kernel instantiations compute every GQA ratio, bit for bit alike: the plan's pass width
+    (plan.heads_per_pass) and the other one (GQA 2 in a 4-wide pass with two empty heads; GQA 4 and 8 in 2-wide
+    passes), single-split and split contexts. The reference tests check the plan's width; this checks the other
+    against it, so a kernel of either width that a shape could be planned onto is covered."""
+    import dataclasses
+
+    w, caches, mk = _model("qwen3" if gqa == 2 else "llama", 128, gqa, True)
+    planned = mk.plan
+    other = dataclasses.replace(planned, heads_per_pass=4 if planned.heads_per_pass == 2 else 2)
+    pos, slot, bt = _prepare(w, caches, ctx, 29)
+    init = [c.clone() for c in caches]
+    ids, p, sl = torch.tensor([91], device=DEV), torch.tensor([pos], device=DEV), torch.tensor([slot], device=DEV)
+    results = []
+    try:
+        for plan in (planned, other):
+            mk.plan = plan
+            for c, c0 in zip(caches, init):
+                c.copy_(c0)
+            logits = torch.full((4, mk.logical_vocab), math.nan, dtype=torch.bfloat16, device=DEV)
+            tokens, count = mk.generate(ids, p, bt, sl, 4, logits_out=logits)
+            torch.cuda.synchronize()
+            assert mk.diagnostics() is None, mk.diagnostics()
+            results.append((tokens.tolist(), int(count.item()), logits.view(torch.int16).clone(),
+                            [c.view(torch.int16).clone() for c in caches]))
+    finally:
+        mk.plan = planned
     (t0, n0, l0, c0), (t1, n1, l1, c1) = results
     assert n0 == n1 == 4 and t0 == t1, (t0, t1)
     assert torch.equal(l0, l1), "logits differ"

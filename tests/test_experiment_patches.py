@@ -28,20 +28,15 @@ def _builds() -> dict[str, tuple[list[str], list[str]]]:
 
 
 BUILDS = _builds()
-# The kernel instantiations each build compiles: Qwen3's greedy TP = 1 kernel (<D, HP, kSampled, kTP> with
-# pass-template.patch, else <D, kSampled, kTP>), and for some builds the sampled or TP kernels their code reaches too.
+# The kernel instantiations each build compiles (monokernel_kernel<D, HP, kSampled, kTP>): Qwen3's greedy TP = 1
+# kernel, and for some builds the sampled or TP kernels their code reaches too.
 MORE_KERNELS = {
-    "pt-ogud": ["64, 4, true, true"],
-    "fm": ["64, 4, true, true"],
-    "fmo": ["64, 4, true, false", "128, 2, false, true"],
-    "mma": ["64, true, true"],
-    "stream": ["64, false, true"],
+    "stream": ["64, 4, false, true"],
 }
 CASES = {
     f"{name}<{kernel.replace(', ', ',')}>": (patches, kernel, flags)
     for name, (patches, flags) in BUILDS.items()
-    for kernel in ["128, 2, false, false" if "pass-template.patch" in patches else "128, false, false"]
-    + MORE_KERNELS.get(name, [])
+    for kernel in ["128, 2, false, false", *MORE_KERNELS.get(name, [])]
 }
 
 

@@ -184,6 +184,17 @@ def test_plan_real_shapes(name):
     )
 
 
+@pytest.mark.parametrize("nh,nkv,width", [(16, 16, 2), (16, 8, 2), (32, 8, 4), (32, 4, 4), (32, 1, 4)])
+def test_plan_heads_per_pass_picks_the_kernel_instantiation(nh, nkv, width):
+    """The attention pass width is the kernel instantiation monokernel_step launches (2 or kHeadsPerPass): GQA <= 2
+    (Qwen3-1.7B) in 2-wide passes, no empty head computed; GQA 4 in one 4-wide pass; GQA 8 and 32 in several."""
+    p = plan.make_plan(_shape(nh=nh, nkv=nkv, D=64), 132)
+    assert isinstance(p, plan.Plan), p
+    assert p.heads_per_pass == width and width in (2, layout.CONFIG["kHeadsPerPass"])
+    assert plan.make_plan(REAL_SHAPES["qwen3-1.7b"], 132).heads_per_pass == 2
+    assert plan.make_plan(REAL_SHAPES["llama-3.2-1b"], 132).heads_per_pass == 4
+
+
 @pytest.mark.parametrize(
     "kwargs,needle",
     [(dict(H=100), "hidden size"), (dict(H=16384), "hidden size"), (dict(I=8200), "down input length 8200"),

@@ -7,7 +7,8 @@
 # Carry: .device/env.sh, .device/vllm-0.26.0-h200.tar.xz, .device/vllm-0.26.0-h200-extra.tar.xz and
 # .device/trees/NAME only (vLLM and every tree together exceed the carry limit). The tree's package is installed
 # (editable, without building: its stripped .so is unpacked), so a later runbook call on the same machine
-# reinstalls main's (run_on_device.sh's marker is removed).
+# reinstalls main's (run_on_device.sh's marker is removed). The bench records KOG_COMMIT (default "tree NAME": the
+# device's checkout does not know which sources the tree holds).
 set -u
 name=$1
 shapes=${2:-qwen3-1.7b}
@@ -23,7 +24,7 @@ models=()
 for s in ${shapes//,/ }; do models+=(--model "$s"); done
 start=$SECONDS
 python3 -m kog_backend.cli bench "${models[@]}" --kog-options '{"step_impl": "monokernel", "tokens_per_step": 16}' \
-  --out "$OUT/bench-$name" --no-chart > "$OUT/bench-$name.txt" 2>&1
+  --out "$OUT/bench-$name" --no-chart --commit "${KOG_COMMIT:-tree $name}" > "$OUT/bench-$name.txt" 2>&1
 echo "== bench $name: rc=$? $((SECONDS - start)) s"
 left=$((560 - SECONDS))  # (the call's limit is 600 s)
 if [ -n "${PYTEST_K:-}" ] && [ "$left" -gt 60 ]; then

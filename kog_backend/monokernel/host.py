@@ -187,8 +187,9 @@ class Monokernel:
         self.scratch = torch.empty(L * per_layer, dtype=torch.bfloat16, device=device)
         self.partials = torch.empty(L * (nh * S * 2 + nh * S * D), dtype=torch.float32, device=device)
         self.counters = torch.zeros(layout.num_counters(L, nkv), dtype=torch.int32, device=device)
-        # Tagged words of each layer's act | qkv_out | attn_out (read only with tagged_handoffs): zero means "not
-        # written", so they are zeroed with the counters.
+        # Tagged words of each layer's act | qkv_out | attn_out (qkv_out and attn_out carry every TP = 1 launch's
+        # attention chain; act only the tagged_handoffs benchmark variant): zero means "not written", so they are
+        # zeroed with the counters.
         self.act_tagged = torch.zeros(L * layout.tagged_layer_words(I, nh, nkv, D), dtype=torch.int32, device=device)
         tp_fields = {"tp_size": 1, "tp_rank": 0, "tp_parts": 0, "tp_keys": 0, "tp_delta": [0] * layout.CONFIG["kMaxTP"]}
         counters_ptr = self.counters.data_ptr()
@@ -286,8 +287,8 @@ class Monokernel:
             tokens_out = torch.empty(1, dtype=torch.int64, device=self.device)
         self.ops.monokernel_step(
             self.model_table if model_table is None else model_table, input_ids, positions, block_table,
-            slot_mapping, tokens_out, logits_out, None, None, self.scratch, 1, self.head_dim, self.plan.grid,
-            self.plan.smem_bytes, None, 0.0, self.tp_world,
+            slot_mapping, tokens_out, logits_out, None, None, self.scratch, 1, self.head_dim,
+            self.plan.heads_per_pass, self.plan.grid, self.plan.smem_bytes, None, 0.0, self.tp_world,
         )  # fmt: skip
         return tokens_out
 
@@ -328,8 +329,8 @@ class Monokernel:
         self.ops.monokernel_step(
             self.model_table if model_table is None else model_table, input_ids, positions, block_table,
             slot_mapping, tokens, logits_out, count, stop_ids,
-            self.scratch, num_tokens, self.head_dim, self.plan.grid, self.plan.smem_bytes, sample_seed,
-            float(temperature), self.tp_world, launch_gate, int(gate_min), cancel, int(cancel_id),
+            self.scratch, num_tokens, self.head_dim, self.plan.heads_per_pass, self.plan.grid, self.plan.smem_bytes,
+            sample_seed, float(temperature), self.tp_world, launch_gate, int(gate_min), cancel, int(cancel_id),
         )  # fmt: skip
         return tokens, count
 

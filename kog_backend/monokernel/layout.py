@@ -108,7 +108,7 @@ CONFIG: dict[str, int] = {
     "kHandoffQueue": 16,
     "kAttnSingleCtx": 64,
     "kStallPrefetchChunks": 0,
-    "kTaggedHandoffs": 6,
+    "kTaggedHandoffs": 0,
     "kTaggedBatch": 4,
     "kTaggedBuild": 0,  # 1 in a -DKOG_TAGGED_HANDOFFS=1 benchmark build (whose tests/test_monokernel_cpu.py then fails)
     "kMaxInflight": 2,

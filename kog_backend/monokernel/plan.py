@@ -31,6 +31,7 @@ class StagePlan:
 class Plan:
     grid: int
     num_splits: int
+    heads_per_pass: int  # query heads per attention pass: the kernel instantiation (monokernel_step's heads_per_pass)
     num_slots: int
     work_bytes: int
     smem_bytes: int
@@ -47,6 +48,12 @@ def units_per_chunk(k: int, rows_per_unit: int) -> int | None:
             return nu
         nu //= 2
     return None
+
+
+def heads_per_pass(group: int) -> int:
+    """Query heads per attention pass for `group` query heads per KV head: 2 up to GQA 2 (no empty heads
+    computed), else kHeadsPerPass (GQA 4 in one pass, GQA 8 in two)."""
+    return 2 if group <= 2 else CONFIG["kHeadsPerPass"]
 
 
 def lm_rows(shape) -> int:
@@ -100,6 +107,7 @@ def make_plan(shape, sm_count: int) -> Plan | str:
     return Plan(
         grid=sm_count,
         num_splits=splits,
+        heads_per_pass=heads_per_pass(nh // nkv),
         num_slots=slots,
         work_bytes=work,
         smem_bytes=c["kHeaderBytes"] + work + slots * c["kSlotBytes"],

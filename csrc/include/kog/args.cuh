@@ -62,9 +62,9 @@ struct ModelArgs {
                                   // (0: none; MonoConfig::kStallPrefetchChunks; used only with prefetch_chunks 0)
   int64_t max_inflight;     // bulk copies the loader keeps in flight at most (0 or >= num_slots: no cap;
                             // MonoConfig::kMaxInflight)
-  int64_t tagged_handoffs;  // bits of tagged.cuh (kTaggedGateUp, kTaggedQkv, kTaggedAttn): hand-offs made through
-                            // tagged words instead of counters (0: none; MonoConfig::kTaggedHandoffs; tensor
-                            // parallelism: ignored)
+  int64_t tagged_handoffs;  // bits of tagged.cuh (kTaggedGateUp): optional hand-offs made through tagged words
+                            // instead of counters (0: none; MonoConfig::kTaggedHandoffs; read only by TP = 1
+                            // kernels of a -DKOG_TAGGED_HANDOFFS=1 build)
   // Per stage (MonoConfig::kStage*): input length K, output units N (rows; gate/up pairs for GU), units per
   // chunk (power of two <= kConsumerWarps), number of chunks.
   int64_t stage_k[MonoConfig::kNumStages];

@@ -141,9 +141,12 @@ __device__ __forceinline__ void signal_done(uint32_t* ctrs, int ctr_done, bool r
   }
 }
 
-// HP: query heads per pass (<= kHeadsPerPass; the caller passes 2 when a KV head has at most 2, so that Qwen3's
-// GQA 2 computes no empty heads).
-template <int D, int HP>
+// HP: query heads per pass (<= kHeadsPerPass; the kernel's pass width, plan.heads_per_pass: 2 when a KV head has at
+// most 2, so that Qwen3's GQA 2 computes no empty heads). kTagged (every TP = 1 kernel, tagged_attention_chain):
+// q / k / v come from the layer's tagged words qkv_t (the caller did not wait for the QKV counter) and the output
+// also goes to the tagged words attn_t, signalled without a release; otherwise qkv_out after the caller's counter
+// wait, and a release (qkv_t, attn_t unused).
+template <int D, int HP, bool kTagged>
 __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnTask& task, int pos, int64_t slot,
                                const int32_t* block_table, int bt_len, const int* bt_s, float* work, int* bcast,
                                uint32_t* ctrs, int ctr_kv, int ctr_done, uint32_t epoch, const uint32_t* qkv_t,
@@ -165,8 +168,6 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
   const int64_t s_blk = m.kv_stride_block, s_pos = m.kv_stride_pos, s_head = m.kv_stride_head;
   const bf16* cs_row = m.cos_sin + static_cast<size_t>(pos) * D;
   const int kvh = task.kvh;
-  // qkv_t: read q / k / v from the layer's tagged words (tagged.cuh kTaggedQkv; the caller did not wait for the
-  // QKV counter); attn_t: also write the output as tagged words and signal without a release (kTaggedAttn).
   const uint32_t tag = handoff_tag(epoch);
   // Single-split mode: the empty splits only keep ctr_kv at S per token, so that the "last split combines" target
   // (epoch + 1) x S holds whichever mode a later token runs in (no data is published through these adds; a later
@@ -197,7 +198,7 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
     uint16_t* kdst = reinterpret_cast<uint16_t*>(L.k_cache + off);
     uint16_t* vdst = reinterpret_cast<uint16_t*>(L.v_cache + off);
     uint16_t v[E];
-    if (qkv_t != nullptr) {
+    if constexpr (kTagged) {
       qk_norm_rope_warp<D, true>(qkv_t + q_size + kvh * D, knorm, eps, cs_row, y, tag, ctrs);
       tagged_lane_words<E>(qkv_t + q_size + kv_size + kvh * D, lane, tag, ctrs, v);
     } else {
@@ -220,7 +221,7 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
       const int head = kvh * g + hb + warp;
       float y[E];
       const bf16* qnorm = m.qk_norm ? L.q_norm : nullptr;
-      if (qkv_t != nullptr) {
+      if constexpr (kTagged) {
         qk_norm_rope_warp<D, true>(qkv_t + head * D, qnorm, eps, cs_row, y, tag, ctrs);
       } else {
         qk_norm_rope_warp<D>(L.qkv_out + head * D, qnorm, eps, cs_row, y);
@@ -303,7 +304,7 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
       if (task.single) {  // the one partial is final: out = A / L, as combining it alone would give
         const float o = A / Ls;
         reinterpret_cast<uint16_t*>(L.attn_out)[head * D + d] = f2bf_bits(o);
-        if (attn_t != nullptr) st_relaxed_u32(attn_t + head * D + d, tagged_word(tag, o));
+        if constexpr (kTagged) st_relaxed_u32(attn_t + head * D + d, tagged_word(tag, o));
         continue;
       }
       L.attn_acc[(static_cast<size_t>(head) * S + task.split) * D + d] = A;
@@ -319,7 +320,7 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
 #endif  // KOG_BENCH_NO_ATTN
   if (task.single) {
     if (tid == 0) red_relaxed_add(counter(ctrs, ctr_kv), 1u);
-    signal_done(ctrs, ctr_done, attn_t != nullptr);
+    signal_done(ctrs, ctr_done, kTagged);
     return;
   }
   // Publish this split; the last of kv head h's S splits combines (its acquire covers the other splits' writes).
@@ -370,10 +371,10 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
     }
     const float o = num / den;
     reinterpret_cast<uint16_t*>(L.attn_out)[head * D + d] = f2bf_bits(o);
-    if (attn_t != nullptr) st_relaxed_u32(attn_t + head * D + d, tagged_word(tag, o));
+    if constexpr (kTagged) st_relaxed_u32(attn_t + head * D + d, tagged_word(tag, o));
   }
 #endif  // KOG_BENCH_NO_ATTN
-  signal_done(ctrs, ctr_done, attn_t != nullptr);
+  signal_done(ctrs, ctr_done, kTagged);
 }
 
 }  // namespace kog

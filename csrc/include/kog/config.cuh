@@ -81,18 +81,20 @@ struct MonoConfig {
   // (NOTES.md, sixth session), us per step for caps none / 1 / 2 / 3 / 4: Llama-3.2-1B 787 / 785 / 769 / 786 / 786,
   // Qwen3-1.7B 1205 / 1164 / 1176 / 1209 / 1209, Llama-3.1-8B 3825 / 4111 / 3764 / 3830 / 3830.
   static constexpr int kMaxInflight = 2;
-  // Default of ModelArgs::tagged_handoffs (tagged.cuh): kTaggedQkv | kTaggedAttn, the QKV -> attention and
-  // attention -> O hand-offs through tagged words (no release fence on the attention chain). Measured 2026-12-04 on
-  // the H200 (benchmarks/NOTES.md, fourteenth session), us per step, counters (0) / 2 / 4 / 6 on one build, ctx 32:
-  // Llama-3.2-1B 707.3 / 694.7 / 699.1 / 687.6, Qwen3-1.7B 1063.3 / 1025.5 / 1044.1 / 997.7, Llama-3.1-8B
-  // 3635.8 / 3645.2 / 3605.7 / 3597.7; ctx 512: 765.9 / 748.4 / 759.6 / 740.9, 1165.2 / 1148.6 / 1151.9 / 1120.6,
-  // 3833.5 / 3853.9 / 3799.5 / 3816.3. The residual stream through tagged words as well (o_out, rmid, down_out,
-  // rin_next) was slower (Qwen3 ctx 32 +27 us): the norms then poll twice the bytes.
+  // Default of ModelArgs::tagged_handoffs (tagged.cuh): 0, no optional tagged hand-off. The attention chain (QKV ->
+  // attention -> O) goes through tagged words in every TP = 1 kernel (tagged_attention_chain): measured 2026-12-04
+  // on the H200 (benchmarks/NOTES.md, fourteenth session), us per step, counters / QKV only / attention only / both
+  // on one build, ctx 32: Llama-3.2-1B 707.3 / 694.7 / 699.1 / 687.6, Qwen3-1.7B 1063.3 / 1025.5 / 1044.1 / 997.7,
+  // Llama-3.1-8B 3635.8 / 3645.2 / 3605.7 / 3597.7; ctx 512: 765.9 / 748.4 / 759.6 / 740.9, 1165.2 / 1148.6 /
+  // 1151.9 / 1120.6, 3833.5 / 3853.9 / 3799.5 / 3816.3. Since then the counter versions of those two hand-offs are
+  // compiled only into the TP kernel: kernels carrying code they never run have run slower (NOTES.md, sessions 17
+  // and 18). The residual stream through tagged words as well (o_out, rmid, down_out, rin_next) was slower (Qwen3
+  // ctx 32 +27 us): the norms then poll twice the bytes.
   // Bit kTaggedGateUp exists only in builds with -DKOG_TAGGED_HANDOFFS=1 (KOG_NVCC_FLAGS): inlined into the down
   // stage, its polling loop raised the default kernel's spills from 100 / 344 B to 272 / 840 B (stores / loads);
   // without the flag the bit is ignored. (Those spills were at 168 registers; since the warpgroup split a
   // -DKOG_TAGGED_HANDOFFS=1 build has none.)
-  static constexpr int kTaggedHandoffs = 6;
+  static constexpr int kTaggedHandoffs = 0;
 #ifdef KOG_TAGGED_HANDOFFS
   static constexpr bool kTaggedBuild = KOG_TAGGED_HANDOFFS != 0;
 #else
@@ -114,8 +116,9 @@ struct MonoConfig {
   static constexpr int kMaxNormIters = 4;
   static constexpr int kMaxHidden = kMaxNormIters * kConsumerThreads * 8;
 
-  // Attention: query heads of one KV head handled per pass (GQA 8 = two passes over the KV split), positions
-  // each lane group loads ahead (16 B of K and of V each).
+  // Attention: query heads of one KV head handled per pass at most (GQA 8 = two passes over the KV split; each
+  // kernel is built for one pass width HP <= this, chosen by plan.heads_per_pass), positions each lane group loads
+  // ahead (16 B of K and of V each).
   static constexpr int kHeadsPerPass = 4;
   static constexpr int kAttnUnroll = 4;
   // Splits of at most this many positions take a pass unrolled just enough for one round (attention.cuh): 32 / 16

@@ -133,7 +133,7 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
   const bool has_task = has_attn_task(static_cast<int>(m.num_kv_heads), static_cast<int>(m.num_splits));
   const bool holding = hold_stage < ns || (has_task && hold_attn < ns);
   // A QKV hand-off through tagged words has no release (tagged.cuh): nothing to hold for.
-  const bool qkv_unfenced = tagged_qkv_handoff<kTP>(m);
+  constexpr bool qkv_unfenced = tagged_attention_chain<kTP>();
   const int L = static_cast<int>(m.num_layers);
   HandoffHold hh;
   int issued = 0;
@@ -329,7 +329,7 @@ __device__ __forceinline__ void gather_rows(float* resid, const bf16* src, int c
   }
 }
 
-template <int D, bool kSampled, bool kTP>
+template <int D, int HP, bool kSampled, bool kTP>
 __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHeader& hdr, bf16* x_s, float* work,
                               uint8_t* ring_base, uint32_t epoch0) {
   using C = MonoConfig;
@@ -352,11 +352,11 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
   // gate/up -> down through tagged words instead of the gate/up counter (tagged.cuh; TP=1 only).
   const bool tagged_gu = C::kTaggedBuild && !kTP && (m.tagged_handoffs & kTaggedGateUp) != 0;
   // QKV -> attention and attention -> O through tagged words (tagged.cuh; TP=1 only): no release, no counter wait.
-  const bool tagged_qkv = tagged_qkv_handoff<kTP>(m);
+  constexpr bool tagged_qkv = tagged_attention_chain<kTP>();
 #ifdef KOG_BENCH_NO_ATTN  // (that diagnostics build writes no attention output, so the O stage waits on counters)
-  const bool tagged_attn = false;
+  constexpr bool tagged_attn = false;
 #else
-  const bool tagged_attn = !kTP && (m.tagged_handoffs & kTaggedAttn) != 0;
+  constexpr bool tagged_attn = tagged_qkv;
 #endif
 
   const Tracer tr(m);
@@ -452,7 +452,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
           }
           if (tid == 0) tr.mark(t, l, kEvQkvReady);
           bf16* const qkv_out = La.qkv_out;
-          if (tagged_qkv) {  // (a loop of its own: the default loop keeps its register budget)
+          if constexpr (tagged_qkv) {
             uint32_t* const qkv_t = tagged_l + I;
             const uint32_t tag = handoff_tag(e);
             consume_stage<false>(m, hdr, ring, x_s, C::kStageQKV, c0, [=](int r, int, float v, float) {
@@ -476,16 +476,10 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
         if (tid == 0) tr.mark(t, l, kEvAttnReady);
         const uint32_t* const qkv_t = tagged_qkv ? tagged_l + I : nullptr;
         uint32_t* const attn_t = tagged_attn ? tagged_l + I + (nh + 2 * nkv) * D : nullptr;
-        if (nh <= 2 * nkv) {  // GQA <= 2 (Qwen3-1.7B): passes of 2 heads, no empty heads computed
-          attention_task<D, 2>(hdr.hot, La, task, pos, slot, step.block_table, step.block_table_len, hdr.bt, work,
-                               hdr.bcast, ctrs, layer_counter_index(l, nkv, kCtrAttnKV + task.kvh),
-                               layer_counter_index(l, nkv, kCtrAttnDone), e, qkv_t, attn_t, tr, t, l);
-        } else {
-          attention_task<D, C::kHeadsPerPass>(hdr.hot, La, task, pos, slot, step.block_table, step.block_table_len,
-                                              hdr.bt, work, hdr.bcast, ctrs,
-                                              layer_counter_index(l, nkv, kCtrAttnKV + task.kvh),
-                                              layer_counter_index(l, nkv, kCtrAttnDone), e, qkv_t, attn_t, tr, t, l);
-        }
+        attention_task<D, HP, tagged_attn>(hdr.hot, La, task, pos, slot, step.block_table, step.block_table_len,
+                                           hdr.bt, work, hdr.bcast, ctrs,
+                                           layer_counter_index(l, nkv, kCtrAttnKV + task.kvh),
+                                           layer_counter_index(l, nkv, kCtrAttnDone), e, qkv_t, attn_t, tr, t, l);
         handed_off(t, l, kHandoffAttn, kEvAttnDone);
       }
 
@@ -505,7 +499,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
             sum_rows_to(prev->rin_next, layer_parts(m, l - 1, kPartDown, W, H), W, prev->rmid, c0, mine,
                         hdr.geo[C::kStageO].nu, H);
           }
-          if (tagged_attn) {
+          if constexpr (tagged_attn) {
             tagged_to_smem(x_s, tagged_l + I + (nh + 2 * nkv) * D, nh * D, handoff_tag(e), ctrs);
           } else {
             consumer_wait(ctrs, layer_counter_index(l, nkv, kCtrAttnDone), next * static_cast<uint32_t>(nkv));
@@ -695,7 +689,9 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
   }
 }
 
-template <int D, bool kSampled, bool kTP>
+// HP: the attention pass width (query heads per pass, plan.heads_per_pass): one kernel per width, so that a kernel
+// carries only the attention code its shapes run.
+template <int D, int HP, bool kSampled, bool kTP>
 __global__ void __launch_bounds__(MonoConfig::kThreads, 1) monokernel_kernel(const __grid_constant__ StepArgs step) {
   extern __shared__ __align__(128) uint8_t smem[];
   SmemHeader& hdr = *reinterpret_cast<SmemHeader*>(smem);
@@ -742,7 +738,7 @@ __global__ void __launch_bounds__(MonoConfig::kThreads, 1) monokernel_kernel(con
   }
   setmaxnreg_inc<MonoConfig::kConsumerRegs>();
   const uint32_t epoch0 = ld_relaxed(counter(m.counters, kCtrEpoch));
-  run_consumers<D, kSampled, kTP>(m, step, hdr, reinterpret_cast<bf16*>(smem + MonoConfig::kHeaderBytes),
+  run_consumers<D, HP, kSampled, kTP>(m, step, hdr, reinterpret_cast<bf16*>(smem + MonoConfig::kHeaderBytes),
                    reinterpret_cast<float*>(smem + MonoConfig::kHeaderBytes), ring, epoch0);
 }
 

@@ -1,5 +1,5 @@
-// Hand-offs through tagged words (ModelArgs::tagged_handoffs: QKV -> attention and attention -> O by default,
-// gate/up -> down a benchmark variant; docs/monokernel.md items 12, 12b).
+// Hand-offs through tagged words: QKV -> attention and attention -> O in every TP = 1 kernel (tagged_attention_chain),
+// gate/up -> down a benchmark variant (ModelArgs::tagged_handoffs bit 1); docs/monokernel.md items 12, 12b.
 //
 // A counter hand-off costs the producer a release (its fence waits for the bulk copies its SM has in flight:
 // ~1 us with none under the others' stream, 5-7 us with six, benchmarks/NOTES.md) and the consumer a counter round
@@ -21,24 +21,23 @@
 
 namespace kog {
 
-// Bits of ModelArgs::tagged_handoffs.
+// Bits of ModelArgs::tagged_handoffs (a benchmark variant, built only with -DKOG_TAGGED_HANDOFFS=1).
 constexpr int kTaggedGateUp = 1;  // gate/up -> down: act through the layer's tagged act words
-constexpr int kTaggedQkv = 2;     // QKV -> attention: qkv_out through tagged words (no QKV release, no counter wait)
-constexpr int kTaggedAttn = 4;    // attention -> O: attn_out through tagged words (no attention release)
 
 // A layer's tagged words (ModelArgs::act_tagged, [num_layers][tagged_layer_words]): act [I] | qkv_out
-// [(nh + 2 nkv) D] | attn_out [nh D]. A launch with a bit set rewrites every word of that bit's vector for every
-// token and layer it runs. The host sizes the buffer with layout.tagged_layer_words (checked through
+// [(nh + 2 nkv) D] | attn_out [nh D]. A TP = 1 launch rewrites every qkv_out and attn_out word (and, with bit 1,
+// every act word) for every token and layer it runs. The host sizes the buffer with layout.tagged_layer_words (checked through
 // monokernel_config).
 __host__ __device__ constexpr int64_t tagged_layer_words(int64_t inter, int64_t nh, int64_t nkv, int64_t d) {
   return inter + (nh + 2 * nkv) * d + nh * d;
 }
 
-// Whether a launch's QKV -> attention hand-off goes through tagged words (TP = 1 only): the consumers then signal
-// it without a release and the loader does not hold for it, so both must agree.
+// Whether the attention chain (QKV -> attention -> O) of a kernel goes through tagged words: every TP = 1 kernel,
+// no TP kernel (whose ranks exchange partial sums through counters, tp.cuh). The consumers then make the QKV
+// hand-off without a release and the loader does not hold for it, so both read this one constant.
 template <bool kTP>
-__device__ __forceinline__ bool tagged_qkv_handoff(const ModelArgs& m) {
-  return !kTP && (m.tagged_handoffs & kTaggedQkv) != 0;
+__host__ __device__ constexpr bool tagged_attention_chain() {
+  return !kTP;
 }
 
 __device__ __forceinline__ uint32_t handoff_tag(uint32_t epoch) { return epoch % 65535u + 1u; }
