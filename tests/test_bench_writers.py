@@ -221,6 +221,14 @@ def test_command_end_to_end(tmp_path, monkeypatch):
                  "--only", "kog", "--no-chart")
     assert bench_cmd.run(args) == 0
     assert calls[0]["kog_options"] == {"step_impl": "torch"} and calls[0]["tokens_per_step"] == DEFAULT_TOKENS_PER_STEP
+    # K from the kog options when -K is not given (runbook call 5 passes it there); -K wins over it.
+    for extra, k in (([], 16), (["-K", "4"], 4)):
+        calls.clear()
+        args = _args(tmp_path, "--model", str(ckpt), "--new-tokens", "64", "--kog-options", '{"tokens_per_step": 16}',
+                     "--only", "kog", "--no-chart", *extra)
+        assert bench_cmd.run(args) == 0
+        assert calls[0]["tokens_per_step"] == k
+        assert BenchReport.load(str(tmp_path / "out" / "bench.json")).settings["tokens_per_step"] == k
 
 
 def test_command_exit_status_when_kog_never_ran(tmp_path, monkeypatch, capsys):

@@ -23,7 +23,7 @@ export PYTHONPATH=$PWD:${PYTHONPATH:-} KOG_TEST_CKPT_DIR=${KOG_TEST_CKPT_DIR:-/t
 models=()
 for s in ${shapes//,/ }; do models+=(--model "$s"); done
 start=$SECONDS
-python3 -m kog_backend.cli bench "${models[@]}" --kog-options '{"step_impl": "monokernel", "tokens_per_step": 16}' \
+python3 -m kog_backend.cli bench "${models[@]}" --kog-options '{"step_impl": "monokernel"}' \
   --out "$OUT/bench-$name" --no-chart --commit "${KOG_COMMIT:-tree $name}" > "$OUT/bench-$name.txt" 2>&1
 echo "== bench $name: rc=$? $((SECONDS - start)) s"
 left=$((560 - SECONDS))  # (the call's limit is 600 s)

@@ -47,9 +47,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("request")
     g.add_argument("--prompt-len", type=_positive, default=32, help="prompt length (random token ids)")
     g.add_argument("--new-tokens", type=_positive, default=512, help="tokens to generate (ignore_eos)")
-    g.add_argument("--tokens-per-step", "-K", type=_positive, default=DEFAULT_K, metavar="K",
-                   help="kog: tokens generated per engine step (default: kog's own default, which spreads vLLM's "
-                        "~1.5 ms engine step over that many tokens; benchmarks/NOTES.md has the K sweep)")
+    g.add_argument("--tokens-per-step", "-K", type=_positive, default=None, metavar="K",
+                   help="kog: tokens generated per engine step (default: --kog-options' tokens_per_step if given, "
+                        f"else kog's own default {DEFAULT_K}, which spreads vLLM's ~1.5 ms engine step over that many "
+                        "tokens; benchmarks/NOTES.md has the K sweep)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--top-k", type=int, default=0, help="0 = off")
@@ -93,7 +94,9 @@ def _run_offline(args: argparse.Namespace):
     from kog_backend.shapes import DEFAULT_SHAPE
 
     kog_options = {**DEFAULT_KOG_OPTIONS, **args.kog_options}
-    kog = dict(kog_options, **({"tokens_per_step": args.tokens_per_step} if args.tokens_per_step else {}))
+    # -K wins over the options' tokens_per_step; without either, kog's default.
+    k = args.tokens_per_step or kog_options.get("tokens_per_step") or DEFAULT_K
+    kog = dict(kog_options, tokens_per_step=k)
     try:
         KogConfig.from_dict(kog)  # the kog engine would refuse it at start; say so before any engine runs
     except KogConfigError as e:
@@ -104,7 +107,7 @@ def _run_offline(args: argparse.Namespace):
         models=args.models or [DEFAULT_SHAPE],
         prompt_len=args.prompt_len,
         new_tokens=args.new_tokens,
-        tokens_per_step=args.tokens_per_step,
+        tokens_per_step=k,
         temperature=args.temperature,
         top_p=args.top_p,
         top_k=args.top_k,
