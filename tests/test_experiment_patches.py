@@ -32,6 +32,7 @@ BUILDS = _builds()
 # kernel, and for some builds the sampled or TP kernels their code reaches too.
 MORE_KERNELS = {
     "stream": ["64, 4, false, true"],
+    "ni-both": ["64, 4, true, true"],
 }
 CASES = {
     f"{name}<{kernel.replace(', ', ',')}>": (patches, kernel, flags)
