@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One device call for experiment builds made by build_tree.sh (.device/trees/NAME): the A/B of BUILDS on Qwen3-1.7B
 # and Llama-3.2-1B at the contexts in $CTX (default 32,128,512; benchmarks/ab_kernel_builds.sh: forward, then
-# reverse; $BENCH_EXTRA: more bench_monokernel.py arguments, e.g. --tokens 32), then the kernel tests
-# (integration_tests/test_monokernel_gpu.py) inside each tree of TESTS.
+# reverse; $BENCH_EXTRA: more bench_monokernel.py arguments, default --tokens 32, set it empty for one-token steps
+# only: a token of a 32-token launch, the mode vLLM runs, costs 30-60 us more than a one-token launch,
+# benchmarks/NOTES.md, twenty-first session), then the kernel tests (integration_tests/test_monokernel_gpu.py)
+# inside each tree of TESTS. Trees built before bench_monokernel.py had --tokens fail with an argument error.
 #   source .device/env.sh && bash benchmarks/experiments/device_call.sh "BUILDS" "TESTS"
 # Carry: .device/env.sh, .device/vllm-0.26.0-h200-extra.tar.xz (pytest), .device/trees (about 3 MiB per tree).
 set -u
@@ -12,7 +14,7 @@ OUT=${OUT:-/tmp/kog-exp}
 mkdir -p "$OUT"
 start=$SECONDS
 OUT=$OUT/ab bash benchmarks/ab_kernel_builds.sh \
-  "--no-variants --reps 20 --shapes qwen3-1.7b,llama-3.2-1b --ctx ${CTX:-32,128,512} ${BENCH_EXTRA:-}" $builds \
+  "--no-variants --reps 20 --shapes qwen3-1.7b,llama-3.2-1b --ctx ${CTX:-32,128,512} ${BENCH_EXTRA---tokens 32}" $builds \
   > "$OUT/ab.txt" 2>&1
 echo "== A/B: $((SECONDS - start)) s" | tee -a "$OUT/ab.txt"
 for t in $tests; do
