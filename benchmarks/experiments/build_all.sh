@@ -10,4 +10,5 @@ while IFS='|' read -r name patches flags; do
   case "$name" in '' | '#'*) continue ;; esac
   bash benchmarks/experiments/build_tree.sh "$name" "$(echo $patches)" "$(echo $flags)" < /dev/null
 done < benchmarks/experiments/builds.txt
+set +f
 du -sh .device/trees/*
