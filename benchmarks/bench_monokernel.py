@@ -21,7 +21,8 @@ together (e.g. 'tagged_handoffs=1' makes the gate/up -> down hand-off through ta
   python benchmarks/bench_monokernel.py [--shapes llama-3.2-1b,...] [--ctx 32,1024,4096] [--reps 50]
 
 --tokens 32 also times 32-token launches (Monokernel.generate, as vLLM's bursts run) and reports their time per
-token: what a change at the token boundary (the LM head's argmax, the next token's first weights) moves.
+token: what a change at the token boundary (the LM head's argmax, the next token's first weights) moves. With
+--trace as well, where each boundary of such a launch goes (timeline.token_boundaries).
 """
 
 from __future__ import annotations
@@ -38,7 +39,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from kog_backend.monokernel import Monokernel, synthetic  # noqa: E402
 from kog_backend.monokernel.plan import lm_rows  # noqa: E402
-from kog_backend.monokernel.timeline import format_timeline, summarize  # noqa: E402
+from kog_backend.monokernel.timeline import (  # noqa: E402
+    format_boundaries,
+    format_timeline,
+    summarize,
+    token_boundaries,
+)
 
 BS = 16
 
@@ -128,6 +134,12 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
         t_traced = time_steps(fn, reps)
         print(f"\ntimeline of one step, {name} ctx {ctxs[0]} (%globaltimer; {t_traced * 1e6:.1f} us/step with marks):")
         print(format_timeline(summarize(tl)), flush=True)
+        if tokens > 1:  # the boundary between the tokens of a K-token launch
+            table, tl = mk.trace_table(num_tokens=tokens)
+            positions, slots = inputs(ctxs[0])
+            time_steps(lambda: mk.generate(ids, positions, bt, slots, tokens, model_table=table), reps)
+            print(f"\ntoken boundaries of a {tokens}-token launch, {name} ctx {ctxs[0]}:")
+            print(format_boundaries(token_boundaries(tl)), flush=True)
     cases = {}
     if variants:
         p = mk.plan

@@ -1,7 +1,7 @@
 """The kernel experiments waiting for a device (benchmarks/experiments/) still apply to this tree, in the order
 builds.txt (the builds of the README's device calls) applies them, and the patched kernel compiles for sm_90a with
-each build's flags. A change on main
-that breaks one fails here, not at the start of a device session. Needs git and nvcc; no GPU."""
+each build's flags. A change on main that breaks one fails here, not at the start of a device session. Needs git
+and nvcc; no GPU."""
 
 from __future__ import annotations
 

@@ -80,6 +80,9 @@ def test_config_matches_header():
     trace = open(os.path.join(HEADERS, "trace.cuh")).read()
     assert int(re.search(r"kTraceEvents = (\d+)", trace).group(1)) == layout.CONFIG["kTraceEvents"]
     assert layout.TRACE_EVENTS == tuple(re.findall(r"  (kEv\w+) = \d+,", trace))
+    from kog_backend.monokernel import timeline
+
+    assert timeline._LM_ALIASES == dict(re.findall(r"  (kEv\w+) = (kEv\w+),", trace))
 
 
 @pytest.mark.skipif(ops.load_reason() is not None, reason=f"extension not loadable: {ops.load_reason()}")

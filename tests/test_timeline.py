@@ -56,3 +56,33 @@ def test_too_few_layers_refused():
 def test_empty_trace_names_the_build_flag():
     with pytest.raises(ValueError, match="KOG_TRACE=1"):
         timeline.summarize(torch.zeros(1, 5, CONFIG["kTraceEvents"], 4, dtype=torch.int64))
+
+
+def test_token_boundaries_recover_constructed_offsets():
+    """Two tokens of a 3-layer launch: token 0's last layer completes at T (the latest block); its LM head row and
+    token 1's layer 0 carry marks at known offsets from T (block b 100 ns later than block 0). The LM row's aliases
+    (kEvLmReady, kEvLmDone, kEvTokenSeen) read the slots trace.cuh gives them."""
+    layers, grid = 3, 4
+    tr = torch.zeros(2, layers + 1, CONFIG["kTraceEvents"], grid, dtype=torch.int64)
+    ev = {name: i for i, name in enumerate(TRACE_EVENTS)}
+    T = 10**9
+    blocks = torch.arange(grid) * 100
+    tr[0, layers - 1, ev["kEvDownDone"]] = T - 300 + blocks  # the latest block at T
+    lm = {"kEvLoaderLayer": -3000, "kEvQkvReady": 4000, "kEvQkvDone": 130_000, "kEvAttnReady": 140_000}
+    for name, off in lm.items():
+        tr[0, layers, ev[name]] = T + off + blocks
+    nxt = {"kEvLoaderLayer": 141_000, "kEvQkvReady": 147_000, "kEvQkvDone": 151_000, "kEvDownDone": 180_000}
+    for name, off in nxt.items():
+        tr[1, 0, ev[name]] = T + off + blocks
+    tr[1, 0, ev["kEvQkvLanded"], 1:] = T + 150_000  # block 0 skipped it
+    (layer0_us, spans), = timeline.token_boundaries(tr)
+    assert layer0_us == pytest.approx(180.3)
+    by = {e.event: e for e in spans}
+    assert (by["argmax slot published"].first_us, by["argmax slot published"].last_us) == pytest.approx((130.0, 130.3))
+    assert by["next token seen"].first_us == pytest.approx(140.0)
+    assert by["loader: first LM chunk issued"].first_us == pytest.approx(-3.0)
+    assert by["next token: last QKV chunk landed"].blocks == 3
+    assert len(spans) == len(timeline.BOUNDARY_POINTS)
+    assert "token 0 -> 1: next token's layer 0 complete at 180.3 us" in timeline.format_boundaries([(layer0_us, spans)])
+    with pytest.raises(ValueError, match="KOG_TRACE=1"):
+        timeline.token_boundaries(torch.zeros_like(tr))

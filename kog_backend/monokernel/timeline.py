@@ -1,8 +1,10 @@
-"""Summary of a monokernel timeline (Monokernel.trace_table): where a typical layer spends its time.
+"""Summary of a monokernel timeline (Monokernel.trace_table): where a typical layer spends its time, and, for a
+launch of several tokens, where the boundary between two tokens does.
 
 Times are relative to the layer's start, taken as the moment the previous layer's down projection completed
 (the latest kEvDownDone over blocks): for each event, the earliest, median and latest block, median over the
-layers 1 .. L-1 (layer 0 starts from the launch). Blocks that skipped an event (entry 0) are left out.
+layers 1 .. L-1 (layer 0 starts from the launch). Blocks that skipped an event (entry 0) are left out. A token
+boundary is timed from token t's last layer completing to token t + 1's layer 0 completing.
 """
 
 from __future__ import annotations
@@ -84,4 +86,52 @@ def format_timeline(t: Timeline) -> str:
         f"  {'event':<14}{'first':>8}{'median':>8}{'last':>8}{'blocks':>8}",
     ]
     lines += [f"  {e.event:<14}{e.first_us:>8.1f}{e.median_us:>8.1f}{e.last_us:>8.1f}{e.blocks:>8}" for e in t.events]
+    return "\n".join(lines)
+
+
+# The points of a token boundary: (row: "lm" token t's LM head row, "next" token t + 1's layer 0; event; label).
+BOUNDARY_POINTS = (
+    ("lm", "kEvLoaderLayer", "loader: first LM chunk issued"),
+    ("lm", "kEvLmReady", "LM norm done"),
+    ("lm", "kEvLmDone", "argmax slot published"),
+    ("lm", "kEvTokenSeen", "next token seen"),
+    ("next", "kEvLoaderLayer", "next token: loader's first layer-0 chunk"),
+    ("next", "kEvQkvReady", "next token: layer-0 QKV norm done"),
+    ("next", "kEvQkvLanded", "next token: last QKV chunk landed"),
+    ("next", "kEvQkvDone", "next token: QKV published"),
+    ("next", "kEvDownDone", "next token: layer 0 complete"),
+)
+# trace.cuh's aliases of the LM head's row (the row num_layers reuses the layer events' slots).
+_LM_ALIASES = {"kEvLmReady": "kEvQkvReady", "kEvLmDone": "kEvQkvDone", "kEvTokenSeen": "kEvAttnReady"}
+
+
+def token_boundaries(trace: torch.Tensor) -> list[tuple[float, tuple[EventSpan, ...]]]:
+    """For each token t but the last of a K-token launch's timeline (trace: int64 [tokens, layers + 1, events,
+    grid]): (us until token t + 1's layer 0 completed, the BOUNDARY_POINTS as spans over blocks), in us after token
+    t's last layer completed (the latest kEvDownDone)."""
+    tr = trace.to(torch.float64).cpu()
+    num_layers = tr.shape[1] - 1
+    down = _EV["kEvDownDone"]
+    out = []
+    for t in range(tr.shape[0] - 1):
+        last = tr[t, num_layers - 1, down]
+        nxt = tr[t + 1, 0, down]
+        if not bool((last > 0).any()) or not bool((nxt > 0).any()):
+            raise ValueError(f"token {t} or {t + 1} left no marks: build with KOG_TRACE=1 and launch that many tokens")
+        t0 = float(last.max())
+        spans = []
+        for row, ev, label in BOUNDARY_POINTS:
+            v = tr[t, num_layers, _EV[_LM_ALIASES.get(ev, ev)]] if row == "lm" else tr[t + 1, 0, _EV[ev]]
+            v = (v[v > 0] - t0) / 1e3
+            if v.numel():
+                spans.append(EventSpan(label, float(v.min()), float(v.median()), float(v.max()), v.numel()))
+        out.append(((float(nxt.max()) - t0) / 1e3, tuple(spans)))
+    return out
+
+
+def format_boundaries(boundaries: list[tuple[float, tuple[EventSpan, ...]]]) -> str:
+    lines = ["us after token t's last layer completed (first / median / last block):"]
+    for t, (layer0_us, spans) in enumerate(boundaries):
+        lines.append(f"-- token {t} -> {t + 1}: next token's layer 0 complete at {layer0_us:.1f} us")
+        lines += [f"  {e.event:<42}{e.first_us:>8.1f}{e.median_us:>8.1f}{e.last_us:>8.1f}{e.blocks:>6}" for e in spans]
     return "\n".join(lines)
