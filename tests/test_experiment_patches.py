@@ -31,7 +31,7 @@ BUILDS = _builds()
 # The kernel instantiations each build compiles (monokernel_kernel<D, HP, kSampled, kTP>): Qwen3's greedy TP = 1
 # kernel, and for some builds the sampled or TP kernels their code reaches too.
 MORE_KERNELS = {
-    "attn-sms": ["64, 4, false, true", "64, 4, true, false"],
+    "asm": ["64, 4, false, true", "64, 4, true, false"],
 }
 CASES = {
     f"{name}<{kernel.replace(', ', ',')}>": (patches, kernel, flags)
