@@ -55,23 +55,25 @@ void check_cuda(const at::Tensor& t, const char* name, const at::Device& dev) {
   TORCH_CHECK(t.is_contiguous(), "kog monokernel: ", name, " must be contiguous");
 }
 
+// One template parameter per level: the pass width HP (the caller), the head dim, then the TP and sampling flags.
+template <int D, int HP>
+void dispatch_flags(const StepArgs& step, bool sampled, bool tp, int grid, int smem_bytes, cudaStream_t stream) {
+  if (tp) {
+    sampled ? launch<D, HP, true, true>(step, grid, smem_bytes, stream)
+            : launch<D, HP, false, true>(step, grid, smem_bytes, stream);
+  } else {
+    sampled ? launch<D, HP, true, false>(step, grid, smem_bytes, stream)
+            : launch<D, HP, false, false>(step, grid, smem_bytes, stream);
+  }
+}
+
 template <int HP>
 void dispatch(const StepArgs& step, int64_t head_dim, bool sampled, bool tp, int grid, int smem_bytes,
               cudaStream_t stream) {
-  if (tp) {
-    if (head_dim == 64) {
-      sampled ? launch<64, HP, true, true>(step, grid, smem_bytes, stream)
-              : launch<64, HP, false, true>(step, grid, smem_bytes, stream);
-    } else {
-      sampled ? launch<128, HP, true, true>(step, grid, smem_bytes, stream)
-              : launch<128, HP, false, true>(step, grid, smem_bytes, stream);
-    }
-  } else if (head_dim == 64) {
-    sampled ? launch<64, HP, true, false>(step, grid, smem_bytes, stream)
-            : launch<64, HP, false, false>(step, grid, smem_bytes, stream);
+  if (head_dim == 64) {
+    dispatch_flags<64, HP>(step, sampled, tp, grid, smem_bytes, stream);
   } else {
-    sampled ? launch<128, HP, true, false>(step, grid, smem_bytes, stream)
-            : launch<128, HP, false, false>(step, grid, smem_bytes, stream);
+    dispatch_flags<128, HP>(step, sampled, tp, grid, smem_bytes, stream);
   }
 }
 
