@@ -25,3 +25,9 @@ for t in $tests; do
   echo "== tests $t: rc=$? $((SECONDS - s)) s: $(tail -n 1 "$OUT/tests-$t.txt")"
 done
 cat "$OUT/ab.txt"
+# The run tool returns at most 8 files and the last 12,000 characters of output: the per-run files go into one
+# archive, and the rows (build, shape, variant, ctx, us) are printed once more, compactly, last.
+tar -cJf "$OUT/details.tar.xz" -C "$OUT" ab $(cd "$OUT" && ls tests-*.txt 2>/dev/null) && rm -rf "$OUT/ab" "$OUT"/tests-*.txt
+echo "== rows (pass-build, shape, variant, ctx, us)"
+awk '/^== [0-9]+ /{b=$2"-"$3; next} /^(qwen3|llama)/{printf "%-12s %s %s %s\n", b, substr($0,1,14), substr($0,15,22), substr($0,37,16)}' \
+  "$OUT/ab.txt"
