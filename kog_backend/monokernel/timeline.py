@@ -17,6 +17,8 @@ import torch
 from kog_backend.monokernel.layout import TRACE_EVENTS
 
 _EV = {name: i for i, name in enumerate(TRACE_EVENTS)}
+# trace.cuh's aliases of the LM head's row (the row num_layers reuses the layer events' slots).
+_LM_ALIASES = {"kEvLmReady": "kEvQkvReady", "kEvLmDone": "kEvQkvDone", "kEvTokenSeen": "kEvAttnReady"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +28,15 @@ class EventSpan:
     median_us: float
     last_us: float
     blocks: int
+
+
+def _span(label: str, marks: torch.Tensor, t0: float) -> EventSpan | None:
+    """marks (ns per block, 0 where a block skipped the event) in us after t0; None when every block skipped it."""
+    v = marks[marks > 0]
+    if v.numel() == 0:
+        return None
+    rel = (v - t0) / 1e3
+    return EventSpan(label, float(rel.min()), float(rel.median()), float(rel.max()), v.numel())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,19 +67,17 @@ def summarize(trace: torch.Tensor) -> Timeline:
     for name, ev in _EV.items():
         firsts, meds, lasts, counts = [], [], [], []
         for layer, t0 in zip(range(1, num_layers), starts):
-            v = tr[layer, ev]
-            v = v[v > 0]
-            if v.numel() == 0:
+            span = _span(name, tr[layer, ev], t0)
+            if span is None:
                 continue
-            rel = (v - t0) / 1e3
-            firsts.append(float(rel.min()))
-            meds.append(float(rel.median()))
-            lasts.append(float(rel.max()))
-            counts.append(v.numel())
+            firsts.append(span.first_us)
+            meds.append(span.median_us)
+            lasts.append(span.last_us)
+            counts.append(span.blocks)
         if counts:
             spans.append(EventSpan(name[3:], statistics.median(firsts), statistics.median(meds),
                                    statistics.median(lasts), int(statistics.median(counts))))  # fmt: skip
-    lm = tr[num_layers, _EV["kEvQkvDone"]]
+    lm = tr[num_layers, _EV[_LM_ALIASES["kEvLmDone"]]]
     lm_end = float(lm[lm > 0].max()) if (lm > 0).any() else float("nan")
     nz = tr[tr > 0]
     return Timeline(
@@ -101,8 +110,6 @@ BOUNDARY_POINTS = (
     ("next", "kEvQkvDone", "next token: QKV published"),
     ("next", "kEvDownDone", "next token: layer 0 complete"),
 )
-# trace.cuh's aliases of the LM head's row (the row num_layers reuses the layer events' slots).
-_LM_ALIASES = {"kEvLmReady": "kEvQkvReady", "kEvLmDone": "kEvQkvDone", "kEvTokenSeen": "kEvAttnReady"}
 
 
 def token_boundaries(trace: torch.Tensor) -> list[tuple[float, tuple[EventSpan, ...]]]:
@@ -121,10 +128,10 @@ def token_boundaries(trace: torch.Tensor) -> list[tuple[float, tuple[EventSpan, 
         t0 = float(last.max())
         spans = []
         for row, ev, label in BOUNDARY_POINTS:
-            v = tr[t, num_layers, _EV[_LM_ALIASES.get(ev, ev)]] if row == "lm" else tr[t + 1, 0, _EV[ev]]
-            v = (v[v > 0] - t0) / 1e3
-            if v.numel():
-                spans.append(EventSpan(label, float(v.min()), float(v.median()), float(v.max()), v.numel()))
+            marks = tr[t, num_layers, _EV[_LM_ALIASES.get(ev, ev)]] if row == "lm" else tr[t + 1, 0, _EV[ev]]
+            span = _span(label, marks, t0)
+            if span is not None:
+                spans.append(span)
         out.append(((float(nxt.max()) - t0) / 1e3, tuple(spans)))
     return out
 
