@@ -3,7 +3,8 @@
 `write_checkpoint("llama-3.2-1b", out_dir)` writes what `vllm serve out_dir` and
 `transformers.AutoModelForCausalLM.from_pretrained(out_dir)` read:
   config.json              the shape's config (kog_backend.shapes)
-  generation_config.json   token ids only
+  generation_config.json   the model family's published file (shapes.generation_config): sampling defaults
+                           that vLLM applies to requests that set none, end-of-generation ids
   model.safetensors        or model-0000k-of-0000n.safetensors + model.safetensors.index.json above 5 GB
   tokenizer.json, tokenizer_config.json, special_tokens_map.json   (kog_backend.tokenizer_builder)
   kog_checkpoint.json      marker: shape, seed, config; written last, so its presence means complete
@@ -54,6 +55,54 @@ def read_marker(out_dir: str) -> dict[str, Any] | None:
             return json.load(f)
     except (OSError, ValueError):
         return None
+
+
+def expected_generation_config(shape_name: str, cfg: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The shape's generation_config.json, checked against the tokenizer the project builds for it: same BOS,
+    the same end-of-generation ids (end of text, end of turn), and config.json's eos_token_id among them."""
+    cfg = shapes.get_shape(shape_name) if cfg is None else cfg
+    gen = shapes.generation_config(shape_name if shape_name in shapes.GENERATION_CONFIGS else cfg)
+    ids = tokenizer_builder.generation_config(tokenizer_builder.spec_for_config(cfg))
+    if gen["bos_token_id"] != ids["bos_token_id"] or gen["eos_token_id"] != ids["eos_token_id"]:
+        raise ValueError(f"{shape_name}: generation config ids {gen['bos_token_id']}, {gen['eos_token_id']} differ "
+                         f"from the tokenizer's {ids['bos_token_id']}, {ids['eos_token_id']}")
+    if cfg["eos_token_id"] not in gen["eos_token_id"]:
+        raise ValueError(f"{shape_name}: config eos_token_id {cfg['eos_token_id']} not in {gen['eos_token_id']}")
+    return gen
+
+
+def is_current(out_dir: str, shape_name: str, seed: int = 0, dtype: str = "bfloat16") -> bool:
+    """out_dir holds a complete checkpoint of shape_name and seed that write_checkpoint would leave as it is
+    (same config, same generation config). Standard library only (the bench's parent process calls it)."""
+    marker = read_marker(out_dir)
+    if marker is None or shape_name not in shapes.SHAPES:
+        return False
+    cfg = shapes.get_shape(shape_name)
+    cfg["torch_dtype"] = dtype
+    return _marker_current(marker, shape_name, seed, cfg, expected_generation_config(shape_name, cfg))
+
+
+def _marker_current(marker: dict[str, Any], shape_name: str, seed: int, cfg: dict[str, Any], gen: dict[str, Any]) -> bool:
+    return (marker.get("shape") == shape_name and marker.get("seed") == seed and marker.get("format") == MARKER_FORMAT
+            and marker.get("config") == cfg and marker.get("generation_config") == gen)
+
+
+def _write_json(path: str, obj: Any) -> None:
+    """Write through a temporary file and rename, so that a reader never sees half a file."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(obj, f, indent=2)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+
+
+def write_metadata(out_dir: str, cfg: dict[str, Any], gen: dict[str, Any]) -> None:
+    """Everything but the weights and the marker: config.json, generation_config.json, the tokenizer files."""
+    os.makedirs(out_dir, exist_ok=True)
+    for name, obj in (("config.json", cfg), ("generation_config.json", gen)):
+        with open(os.path.join(out_dir, name), "w") as f:
+            json.dump(obj, f, indent=2)
+            f.write("\n")
+    tokenizer_builder.save_tokenizer(tokenizer_builder.spec_for_config(cfg), out_dir)
 
 
 def _tensor_seed(seed: int, name: str) -> int:
@@ -124,11 +173,19 @@ def write_checkpoint(
 def _write_locked(shape_name, cfg, out_dir, seed, device, dtype, force, say) -> str:
     import torch
 
+    gen = expected_generation_config(shape_name, cfg)
     marker = read_marker(out_dir)
     if marker is not None:
         same_run = marker.get("shape") == shape_name and marker.get("seed") == seed
-        if same_run and marker.get("format") == MARKER_FORMAT and marker.get("config") == cfg:
+        if _marker_current(marker, shape_name, seed, cfg, gen):
             say(f"{out_dir} already holds {shape_name} seed {seed}; nothing to do")
+            return out_dir
+        if same_run and marker.get("format") == MARKER_FORMAT and marker.get("config") == cfg:
+            # Same weights (they depend on the shape's config, the seed and the device type only); a checkpoint
+            # written before its generation config changed gets the current file, and the marker last.
+            _write_json(os.path.join(out_dir, "generation_config.json"), gen)
+            _write_json(os.path.join(out_dir, MARKER), {**marker, "generation_config": gen})
+            say(f"{out_dir}: wrote the current generation_config.json of {shape_name}; weights kept")
             return out_dir
         if not same_run and not force:
             raise FileExistsError(
@@ -140,14 +197,7 @@ def _write_locked(shape_name, cfg, out_dir, seed, device, dtype, force, say) -> 
     _remove_owned(out_dir)
     os.makedirs(out_dir, exist_ok=True)
 
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)
-        f.write("\n")
-    spec = tokenizer_builder.spec_for_config(cfg)
-    with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
-        json.dump(tokenizer_builder.generation_config(spec), f, indent=2)
-        f.write("\n")
-    tokenizer_builder.save_tokenizer(spec, out_dir)
+    write_metadata(out_dir, cfg, gen)
 
     # Parameter names/shapes exactly as transformers defines them, read back from the config just written.
     hf_config = AutoConfig.from_pretrained(out_dir)
@@ -205,12 +255,9 @@ def _write_locked(shape_name, cfg, out_dir, seed, device, dtype, force, say) -> 
         "weight_bytes": total_bytes,
         "files": files,
         "config": cfg,
+        "generation_config": gen,
     }
-    tmp = os.path.join(out_dir, MARKER + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(marker, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, os.path.join(out_dir, MARKER))
+    _write_json(os.path.join(out_dir, MARKER), marker)
     return out_dir
 
 

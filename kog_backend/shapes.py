@@ -9,6 +9,12 @@ emit decodes.
 The small shapes are ours (no published model): `tiny-*` for fast tests and small-vocabulary sampling
 statistics, `llama-2b-16l` for a 2B-class per-layer size with few layers.
 
+Each shape also has the family's published `generation_config.json` (`generation_config`): the sampling
+defaults that vLLM (`--generation-config auto`, its default) applies to every request that does not set those
+fields, and the end-of-generation ids. Our shapes take their family's file, so a request that sets nothing
+samples on every shape as it would on the family's real checkpoint; a test or benchmark that wants greedy
+decoding asks for it (temperature 0).
+
 Only the standard library is imported here: the CLI imports this module at argument-parsing time.
 """
 
@@ -58,6 +64,39 @@ _QWEN3_COMMON: dict[str, Any] = {
     "torch_dtype": "bfloat16",
     "use_cache": True,
 }
+
+
+# The generation_config.json of each family, as published (keys sorted, as transformers writes them). Llama 3.x
+# Instruct (meta-llama/Llama-3.2-1B-Instruct, Llama-3.1-8B-Instruct; the base models publish the same sampling
+# defaults with eos 128001 alone): EOS ids <|end_of_text|>, <|eom_id|>, <|eot_id|> = bos + 1, + 8, + 9.
+# Qwen3 (Qwen/Qwen3-1.7B): <|im_end|> = bos + 2, then <|endoftext|> = bos; pad = <|endoftext|>.
+# kog_backend.tokenizer_builder lays the special tokens out the same way from bos_token_id, so the ids hold for
+# our shapes too (checked when a checkpoint is written).
+def _llama3_generation(bos: int, transformers_version: str = "4.45.0.dev0") -> dict[str, Any]:
+    return {
+        "bos_token_id": bos,
+        "do_sample": True,
+        "eos_token_id": [bos + 1, bos + 8, bos + 9],
+        "temperature": 0.6,
+        "top_p": 0.9,
+        "transformers_version": transformers_version,
+    }
+
+
+def _qwen3_generation(bos: int, transformers_version: str = "4.51.0") -> dict[str, Any]:
+    return {
+        "bos_token_id": bos,
+        "do_sample": True,
+        "eos_token_id": [bos + 2, bos],
+        "pad_token_id": bos,
+        "temperature": 0.6,
+        "top_k": 20,
+        "top_p": 0.95,
+        "transformers_version": transformers_version,
+    }
+
+
+_FAMILY_GENERATION = {"llama": _llama3_generation, "qwen3": _qwen3_generation}
 
 
 def _llama3_rope(factor: float) -> dict[str, Any]:
@@ -110,13 +149,14 @@ SHAPES: dict[str, dict[str, Any]] = {
     # 16 special tokens at [4080, 4096). initializer_range (the random checkpoint's weight std) is 0.1, not
     # 0.02: at hidden 256 and 2 layers, std 0.02 leaves the tied input embedding dominant and greedy decoding
     # repeats the current token; 0.1 gives varied greedy output (measured: ~30 distinct tokens in 32).
+    # Generation config: Llama 3.x Instruct's (temperature 0.6, top-p 0.9), as for the real Llama shapes.
     "tiny-llama": _llama(
         num_hidden_layers=2, hidden_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
         intermediate_size=512, vocab_size=4096, bos_token_id=4080, eos_token_id=4081, tie_word_embeddings=True,
         rope_scaling=_llama3_rope(32.0), initializer_range=0.1,
     ),
     # Ours: qk-norm with q size (4 x 128) != hidden (256), as Qwen3 allows. 64 special tokens at [4032, 4096).
-    # initializer_range 0.1 as for tiny-llama.
+    # initializer_range 0.1 as for tiny-llama. Generation config: Qwen3's (temperature 0.6, top-k 20, top-p 0.95).
     "tiny-qwen3": _qwen3(
         num_hidden_layers=2, hidden_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=128,
         intermediate_size=512, vocab_size=4096, tie_word_embeddings=True, max_position_embeddings=40960,
@@ -125,6 +165,17 @@ SHAPES: dict[str, dict[str, Any]] = {
 }
 
 DEFAULT_SHAPE = "llama-3.2-1b"
+
+# generation_config.json per shape. Ours take their family's file (the test fixtures included: the tests that
+# need greedy decoding ask for temperature 0, as a client would).
+GENERATION_CONFIGS: dict[str, dict[str, Any]] = {
+    "llama-3.2-1b": _llama3_generation(_LLAMA3_BOS, "4.45.0.dev0"),  # meta-llama/Llama-3.2-1B-Instruct
+    "qwen3-1.7b": _qwen3_generation(151643, "4.51.0"),  # Qwen/Qwen3-1.7B
+    "llama-3.1-8b": _llama3_generation(_LLAMA3_BOS, "4.42.3"),  # meta-llama/Llama-3.1-8B-Instruct
+    "llama-2b-16l": _llama3_generation(_LLAMA3_BOS),  # ours: Llama 3.x Instruct's
+    "tiny-llama": _llama3_generation(4080),  # ours: Llama 3.x Instruct's, ids of its 16 special tokens
+    "tiny-qwen3": _qwen3_generation(4032),  # ours: Qwen3's, ids of its 64 special tokens
+}
 
 
 def shape_names() -> list[str]:
@@ -137,6 +188,15 @@ def get_shape(name: str) -> dict[str, Any]:
         return copy.deepcopy(SHAPES[name])
     except KeyError:
         raise KeyError(f"unknown shape {name!r}; known: {', '.join(SHAPES)}") from None
+
+
+def generation_config(shape: str | Mapping[str, Any]) -> dict[str, Any]:
+    """A fresh copy of the generation_config.json of shape `shape` (a name, or a config dict of a known family:
+    its family's file with the ids of its bos_token_id)."""
+    if isinstance(shape, str) and shape in GENERATION_CONFIGS:
+        return copy.deepcopy(GENERATION_CONFIGS[shape])
+    cfg = _as_config(shape)
+    return _FAMILY_GENERATION[cfg["model_type"]](int(cfg["bos_token_id"]))
 
 
 def _as_config(shape: str | Mapping[str, Any]) -> Mapping[str, Any]:

@@ -336,7 +336,8 @@ def tokenizer_config(spec: TokenizerSpec) -> dict[str, Any]:
 
 
 def generation_config(spec: TokenizerSpec) -> dict[str, Any]:
-    """generation_config.json: token ids only. No sampling defaults (vLLM would apply them to every request)."""
+    """The token-id fields of generation_config.json that this tokenizer implies: BOS and the end-of-generation
+    ids. The file a checkpoint gets adds its model family's sampling defaults (shapes.generation_config)."""
     return {
         "bos_token_id": spec.first_special_id,
         "eos_token_id": [spec.token_id(t) for t in spec.chat_stop_tokens],

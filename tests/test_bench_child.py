@@ -18,11 +18,19 @@ PER_TOKEN_S = 0.0004
 
 
 class FakeLLM:
+    """vllm.LLM without an engine: generate is faked; the default sampling parameters are vLLM's own
+    (`LLM.get_default_sampling_params` on a real ModelConfig of the checkpoint directory)."""
+
     instances: list["FakeLLM"] = []
+    get_default_sampling_params = None  # vllm.LLM's, set by the fixture
 
     def __init__(self, **kwargs):
+        from vllm.config import ModelConfig
+
         self.kwargs = kwargs
         self.calls = []
+        self.model_config = ModelConfig(model=kwargs["model"], skip_tokenizer_init=True)
+        self.default_sampling_params = None
         FakeLLM.instances.append(self)
 
     def generate(self, prompts, sampling_params=None, use_tqdm=True):
@@ -44,17 +52,32 @@ def fake_engine(monkeypatch):
     from kog_backend.bench import copy_bw, environment
 
     FakeLLM.instances.clear()
+    monkeypatch.setattr(FakeLLM, "get_default_sampling_params", vllm.LLM.get_default_sampling_params)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(vllm, "LLM", FakeLLM, raising=False)
     monkeypatch.setattr(environment, "gpu_host_info", lambda: {"gpu": "FakeGPU", "gpu_count": 1, "driver": "1"})
     monkeypatch.setattr(copy_bw, "measure_copy_bandwidth", lambda: (4.0e12, [0.0021, 0.0020]))
     return FakeLLM
 
 
-def _spec(tmp_path, impl: str) -> str:
+@pytest.fixture(scope="module")
+def ckpt_dirs(tmp_path_factory):
+    """Checkpoint directories without weights (config, generation config, tokenizer), as make-checkpoint writes them."""
+    from kog_backend import checkpoints, shapes
+
+    root = tmp_path_factory.mktemp("meta")
+    out = {}
+    for name in ("tiny-llama", "tiny-qwen3"):
+        checkpoints.write_metadata(str(root / name), shapes.get_shape(name), checkpoints.expected_generation_config(name))
+        out[name] = str(root / name)
+    return out
+
+
+def _spec(tmp_path, impl: str, model_path: str = "/ckpt", overrides=None, seed=None) -> str:
     spec = {
-        "impl": impl, "model_path": "/ckpt", "prompt_token_ids": [5, 6, 7, 8], "max_model_len": 336,
-        "new_tokens": 40, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "sampling_seed": None, "tp": 1,
-        "reps": 3, "warmup": 2, "tokens_per_step": 8, "kog_options": {}, "engine_args": {},
+        "impl": impl, "model_path": model_path, "prompt_token_ids": [5, 6, 7, 8], "max_model_len": 336,
+        "new_tokens": 40, "sampling_overrides": {"temperature": 0.0} if overrides is None else overrides,
+        "sampling_seed": seed, "tp": 1, "reps": 3, "warmup": 2, "tokens_per_step": 8, "kog_options": {}, "engine_args": {},
     }
     path = tmp_path / f"{impl}.spec.json"
     path.write_text(json.dumps(spec))
@@ -62,10 +85,10 @@ def _spec(tmp_path, impl: str) -> str:
 
 
 @pytest.mark.parametrize("impl", ["stock", "kog"])
-def test_child_rounds_and_result(tmp_path, fake_engine, impl):
+def test_child_rounds_and_result(tmp_path, fake_engine, ckpt_dirs, impl):
     rfd, wfd = os.pipe()
     res = tmp_path / "r.json"
-    assert offline_child.main([_spec(tmp_path, impl), str(res), "--progress-fd", str(wfd)]) == 0
+    assert offline_child.main([_spec(tmp_path, impl, ckpt_dirs["tiny-llama"]), str(res), "--progress-fd", str(wfd)]) == 0
     progress = os.read(rfd, 65536).decode().splitlines()
     os.close(rfd)
     assert progress[0] == "total 7"  # copy, engine start, 2 warm-up, 3 reps
@@ -83,7 +106,8 @@ def test_child_rounds_and_result(tmp_path, fake_engine, impl):
     assert [n for _, n, _ in llm.calls] == [1, 41] * 5
     assert all(p == [5, 6, 7, 8] for p, _, _ in llm.calls)
     sp = llm.calls[1][2]
-    assert sp.ignore_eos and sp.temperature == 0.0
+    assert sp.ignore_eos and sp.temperature == 0.0 and sp.top_p == 1.0  # greedy: vLLM drops the config's top-p
+    assert row.sampling["params"]["temperature"] == 0.0 and row.sampling["seed"] is None
     if impl == "kog":
         assert llm.kwargs["worker_cls"] == WORKER_CLS
         assert llm.kwargs["additional_config"] == {"kog": {"tokens_per_step": 8}}
@@ -94,6 +118,37 @@ def test_child_rounds_and_result(tmp_path, fake_engine, impl):
     s = offline.Settings(models=["m"], new_tokens=40, reps=3, warmup=2)
     fin = offline.finalize_row(row, s, 1e9)
     assert fin.ms_per_token == pytest.approx(PER_TOKEN_S * 1e3, rel=0.5)
+
+
+# (family, overrides, seed) -> the SamplingParams fields of every timed call
+SAMPLING_CASES = [
+    # nothing set: what vLLM gives a request that sets nothing, the model's generation config
+    ("tiny-llama", {}, None, dict(temperature=0.6, top_p=0.9, top_k=0, min_p=0.0)),
+    ("tiny-qwen3", {}, None, dict(temperature=0.6, top_p=0.95, top_k=20, min_p=0.0)),
+    # --greedy: temperature 0; vLLM resets top-p / top-k
+    ("tiny-qwen3", {"temperature": 0.0}, None, dict(temperature=0.0, top_p=1.0, top_k=0)),
+    # explicit flags override their field only; the rest stays the generation config's
+    ("tiny-qwen3", {"temperature": 0.8, "min_p": 0.05}, 7, dict(temperature=0.8, top_p=0.95, top_k=20, min_p=0.05)),
+    ("tiny-llama", {"top_p": 1.0, "repetition_penalty": 1.1}, None, dict(temperature=0.6, top_p=1.0, repetition_penalty=1.1)),
+]
+
+
+@pytest.mark.parametrize("shape,overrides,seed,want", SAMPLING_CASES)
+def test_child_sampling_is_the_generation_config_under_the_flags(tmp_path, fake_engine, ckpt_dirs, shape, overrides, seed, want):
+    from kog_backend import shapes
+
+    res = tmp_path / "r.json"
+    assert offline_child.main([_spec(tmp_path, "stock", ckpt_dirs[shape], overrides, seed), str(res)]) == 0
+    (llm,) = fake_engine.instances
+    for _, n, sp in llm.calls:
+        assert {k: getattr(sp, k) for k in want} == want and sp.seed == seed and sp.ignore_eos
+    row = RunResult.from_dict(json.loads(res.read_text())["row"])
+    gen = shapes.generation_config(shape)
+    assert row.sampling["generation_config"] == {k: gen[k] for k in ("temperature", "top_k", "top_p") if k in gen}
+    assert {k: row.sampling["params"][k] for k in want} == want and row.sampling["seed"] == seed
+    if not overrides:  # nothing set: exactly LLM.generate's own default when given no SamplingParams
+        default = llm.get_default_sampling_params()
+        assert row.sampling["params"] == {k: getattr(default, k) for k in offline_child.FIELDS}
 
 
 def test_child_reports_a_failing_engine(tmp_path, fake_engine, monkeypatch):

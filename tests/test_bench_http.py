@@ -114,8 +114,25 @@ def test_ab_two_servers():
         assert x["stream"] and x["ignore_eos"] and x["max_tokens"] == 40
         assert x["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert slow.bodies[0]["prompt"] != slow.bodies[1]["prompt"]
+    # no sampling field: each server applies its model's generation config, as for a client that sets none
+    assert not {"temperature", "top_p", "top_k", "min_p", "seed"} & set(slow.bodies[0])
     text = format_table(rep)
     assert "stock" in text and "kog" in text and "x vs stock" in text
+    assert "sampling: each server's default: its model's generation config as vLLM applies it" in text
+    assert rep.settings["sampling"] == {"greedy": False, "overrides": {}, "seed": None}
+
+
+def test_greedy_and_explicit_fields_are_sent():
+    with FakeServer(ttft_s=0.0, per_token_s=0.0) as srv:
+        greedy = http_client.run_http(_settings([srv.url], requests=1, warmup=0, new_tokens=4, greedy=True,
+                                                sampling_overrides={"temperature": 0.0}))
+        explicit = http_client.run_http(_settings([srv.url], requests=1, warmup=0, new_tokens=4,
+                                                  sampling_overrides={"temperature": 0.8, "top_p": 0.9}, sampling_seed=5))
+    assert srv.bodies[0]["temperature"] == 0.0 and "top_p" not in srv.bodies[0] and "seed" not in srv.bodies[0]
+    assert (srv.bodies[1]["temperature"], srv.bodies[1]["top_p"], srv.bodies[1]["seed"]) == (0.8, 0.9, 5)
+    assert 'sampling: greedy (--greedy): the requests set "temperature": 0' in format_table(greedy)
+    assert ('sampling: the requests set "temperature": 0.8, "top_p": 0.9, "seed": 5; every other field is each '
+            "server's default") in format_table(explicit)
 
 
 def test_server_without_usage_counts_text_chunks():
@@ -165,6 +182,7 @@ def test_command_http_mode_writes_json_and_png(tmp_path, capsys):
         assert bench_cmd.run(args) == 0
     out = capsys.readouterr().out
     assert "streaming /v1/completions" in out and "x vs stock" in out
+    assert all("temperature" not in body for body in a.bodies + b.bodies)
     rep = BenchReport.load(str(tmp_path / "http.json"))
     assert rep.kind == "http" and rep.commit == "c0ffee" and [m.rows[0].impl for m in rep.models] == ["stock", "kog"]
     with open(tmp_path / "http.png", "rb") as f:

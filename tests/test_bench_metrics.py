@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import types
 
 import pytest
 
@@ -177,7 +178,7 @@ def test_max_model_len():
 
 
 def _spec(impl: str, **kw) -> dict:
-    spec = {"impl": impl, "model_path": "/ckpt", "tp": 1, "max_model_len": 816, "temperature": 0.0, "top_p": 1.0, "top_k": 0}
+    spec = {"impl": impl, "model_path": "/ckpt", "tp": 1, "max_model_len": 816, "sampling_overrides": {}}
     spec.update(kw)
     return spec
 
@@ -202,9 +203,12 @@ def test_engine_kwargs_differ_only_in_the_kog_selection():
 
 
 def test_sampling_kwargs():
-    kw = sampling_kwargs(_spec("kog", temperature=0.8, top_p=0.9, top_k=50, sampling_seed=7), 513)
-    assert kw == {"max_tokens": 513, "ignore_eos": True, "temperature": 0.8, "top_p": 0.9, "top_k": 50, "seed": 7}
-    assert "seed" not in sampling_kwargs(_spec("stock"), 1)
+    defaults = {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0}  # vLLM's, from a generation config
+    kw = sampling_kwargs(_spec("kog", sampling_overrides={"temperature": 0.8, "top_k": 50}, sampling_seed=7), 513, defaults)
+    assert kw == {"max_tokens": 513, "ignore_eos": True, "temperature": 0.8, "top_p": 0.95, "top_k": 50, "min_p": 0.0,
+                  "seed": 7}
+    kw = sampling_kwargs(_spec("stock"), 1, defaults)
+    assert "seed" not in kw and {k: kw[k] for k in defaults} == defaults
 
 
 def test_resolve_model(tmp_path, monkeypatch):
@@ -225,8 +229,28 @@ def test_resolve_model(tmp_path, monkeypatch):
 
     d = checkpoints.default_checkpoint_dir("tiny-llama")
     os.makedirs(d)
-    with pytest.raises(ValueError, match="no checkpoint"):
+    with pytest.raises(ValueError, match="no current checkpoint"):
         offline.resolve_model("tiny-llama", create=False)
-    (tmp_path / "ckpts" / os.path.basename(d) / checkpoints.MARKER).write_text(json.dumps({"shape": "tiny-llama", "seed": 0}))
+    marker_path = tmp_path / "ckpts" / os.path.basename(d) / checkpoints.MARKER
+    current = {"format": checkpoints.MARKER_FORMAT, "shape": "tiny-llama", "seed": 0, "config": shapes.get_shape("tiny-llama"),
+               "generation_config": checkpoints.expected_generation_config("tiny-llama")}
+    marker_path.write_text(json.dumps(current))
     m = offline.resolve_model("tiny-llama", create=False)
     assert (m.label, m.path, m.shape) == ("tiny-llama", d, "tiny-llama")
+    # A checkpoint written before its shape had a generation config is brought up to date (in a child process:
+    # faked here) before any engine reads it.
+    stale = dict(current)
+    del stale["generation_config"]
+    marker_path.write_text(json.dumps(stale))
+    with pytest.raises(ValueError, match="no current checkpoint"):
+        offline.resolve_model("tiny-llama", create=False)
+    ran, logs = [], []
+
+    def fake_run(cmd, **kw):
+        ran.append(cmd)
+        marker_path.write_text(json.dumps(current))
+        return types.SimpleNamespace(returncode=0)
+
+    monkeypatch.setattr(offline.subprocess, "run", fake_run)
+    assert offline.resolve_model("tiny-llama", log=logs.append).path == d
+    assert len(ran) == 1 and "write_checkpoint('tiny-llama'" in ran[0][-1] and "up to date" in logs[0]

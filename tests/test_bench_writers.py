@@ -174,7 +174,23 @@ def _args(tmp_path, *argv: str) -> argparse.Namespace:
     return p.parse_args([*argv, "--out", str(tmp_path / "out")])
 
 
-def _fake_child(kog_steps: int, kog_tokens_differ: bool = False):
+LLAMA_GEN = {"temperature": 0.6, "top_p": 0.9}  # get_diff_sampling_param() of a Llama 3.x checkpoint
+QWEN_GEN = {"temperature": 0.6, "top_k": 20, "top_p": 0.95}
+
+
+def _engine_sampling(spec, gen: dict) -> dict:
+    """What an engine process reports of its sampling (offline_child.sampling_record), with vLLM's SamplingParams."""
+    from vllm import SamplingParams
+
+    from kog_backend.bench.offline_child import sampling_kwargs
+    from kog_backend.bench.sampling import FIELDS, NEUTRAL
+
+    defaults = {k: v for k, v in {**NEUTRAL, **gen}.items() if k in FIELDS}  # LLM.get_default_sampling_params()
+    sp = SamplingParams(**sampling_kwargs(spec, spec["new_tokens"] + 1, defaults))
+    return {"params": {k: getattr(sp, k) for k in FIELDS}, "seed": sp.seed, "generation_config": dict(gen)}
+
+
+def _fake_child(kog_steps: int, kog_tokens_differ: bool = False, gen_of=lambda path: LLAMA_GEN):
     calls = []
 
     def run_child(spec, out_dir, tag, timeout_s, verbose):
@@ -187,6 +203,7 @@ def _fake_child(kog_steps: int, kog_tokens_differ: bool = False):
         row = RunResult(
             impl=spec["impl"], ok=True, copy_gbps=4290.0, times_one_s=[0.02] * spec["reps"],
             times_full_s=[0.02 + per_token * n] * spec["reps"], output_token_ids=ids, generated_tokens=n + 1,
+            sampling=_engine_sampling(spec, gen_of(spec["model_path"])),
         )
         if spec["impl"] == "kog":
             row.counters = [{"kog_steps": kog_steps, "kog_tokens": kog_steps, "fallbacks": {}}]
@@ -203,7 +220,8 @@ def test_command_end_to_end(tmp_path, monkeypatch):
     (ckpt / "config.json").write_text(json.dumps(shapes.get_shape("tiny-llama")))
     run_child, calls = _fake_child(kog_steps=4 * 64)
     monkeypatch.setattr(offline, "run_child", run_child)
-    args = _args(tmp_path, "--model", str(ckpt), "--new-tokens", "64", "--prompt-len", "8", "-K", "4", "--no-chart")
+    args = _args(tmp_path, "--model", str(ckpt), "--new-tokens", "64", "--prompt-len", "8", "-K", "4", "--no-chart",
+                 "--greedy")
     assert bench_cmd.run(args) == 0
     assert [c["impl"] for c in calls] == ["stock", "kog"]
     assert calls[0]["prompt_token_ids"] == calls[1]["prompt_token_ids"] and len(calls[0]["prompt_token_ids"]) == 8
@@ -221,7 +239,7 @@ def test_command_end_to_end(tmp_path, monkeypatch):
                  "--only", "kog", "--no-chart")
     assert bench_cmd.run(args) == 0
     assert calls[0]["kog_options"] == {"step_impl": "torch"} and calls[0]["tokens_per_step"] == DEFAULT_TOKENS_PER_STEP
-    # K from the kog options when -K is not given (runbook call 5 passes it there); -K wins over it.
+    # K from the kog options when -K is not given; -K wins over it.
     for extra, k in (([], 16), (["-K", "4"], 4)):
         calls.clear()
         args = _args(tmp_path, "--model", str(ckpt), "--new-tokens", "64", "--kog-options", '{"tokens_per_step": 16}',
@@ -239,9 +257,106 @@ def test_command_exit_status_when_kog_never_ran(tmp_path, monkeypatch, capsys):
     (ckpt / "config.json").write_text(json.dumps(shapes.get_shape("tiny-llama")))
     run_child, _ = _fake_child(kog_steps=0, kog_tokens_differ=True)
     monkeypatch.setattr(offline, "run_child", run_child)
-    assert bench_cmd.run(_args(tmp_path, "--model", str(ckpt), "--new-tokens", "16", "--no-chart")) == 1
+    assert bench_cmd.run(_args(tmp_path, "--model", str(ckpt), "--new-tokens", "16", "--no-chart", "--greedy")) == 1
     out = capsys.readouterr().out
     assert "kog steps = 0" in out and "differ from stock's from position 5" in out
+
+
+def _ckpt(tmp_path, name: str = "ckpt", shape: str = "tiny-llama"):
+    from kog_backend import shapes
+
+    d = tmp_path / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(shapes.get_shape(shape)))
+    return str(d)
+
+
+def test_args_sampling_defaults():
+    args = argparse.ArgumentParser()
+    bench_cmd.add_arguments(args)
+    a = args.parse_args([])
+    assert not a.greedy and a.seed is None
+    assert all(getattr(a, k) is None for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+                                              "presence_penalty", "frequency_penalty"))
+    assert bench_cmd.sampling_overrides(a) == {}
+    assert bench_cmd.sampling_overrides(args.parse_args(["--greedy"])) == {"temperature": 0.0}
+    assert bench_cmd.sampling_overrides(args.parse_args(["--greedy", "--repetition-penalty", "1.1"])) == {
+        "repetition_penalty": 1.1, "temperature": 0.0}
+    assert bench_cmd.sampling_overrides(args.parse_args(["--temperature", "0.8", "--top-k", "50"])) == {
+        "temperature": 0.8, "top_k": 50}
+    with pytest.raises(ValueError, match="--greedy is temperature 0, which ignores --temperature, --top-p"):
+        bench_cmd.sampling_overrides(args.parse_args(["--greedy", "--temperature", "0.5", "--top-p", "0.9"]))
+
+
+def test_command_default_sampling_is_the_generation_config(tmp_path, monkeypatch, capsys):
+    """Nothing set: the engines get no sampling field from the bench (vLLM's defaults for the model, its
+    generation config); the header and the JSON say what was in force; no greedy token comparison."""
+    ckpt = _ckpt(tmp_path)
+    run_child, calls = _fake_child(kog_steps=4 * 64)
+    monkeypatch.setattr(offline, "run_child", run_child)
+    assert bench_cmd.run(_args(tmp_path, "--model", ckpt, "--new-tokens", "64", "--no-chart")) == 0
+    assert all(c["sampling_overrides"] == {} and c["sampling_seed"] is None for c in calls)
+    captured = capsys.readouterr()
+    assert "sampling: model generation config: temperature 0.6, top_p 0.9; unseeded" in captured.out
+    assert "sampling: the model's generation config as vLLM applies it" in captured.err  # before the engines run
+    rep = BenchReport.load(str(tmp_path / "out" / "bench.json"))
+    assert rep.settings["sampling"] == {"greedy": False, "overrides": {}, "seed": None}
+    assert not {"temperature", "top_p", "top_k"} & set(rep.settings)
+    m = rep.models[0]
+    assert m.sampling["generation_config"] == LLAMA_GEN and m.sampling["seed"] is None
+    assert (m.sampling["params"]["temperature"], m.sampling["params"]["top_p"]) == (0.6, 0.9)
+    assert m.tokens_match is None  # sampled: kog's tokens are not expected to equal stock's
+
+
+def test_command_greedy_and_explicit_flags(tmp_path, monkeypatch, capsys):
+    ckpt = _ckpt(tmp_path)
+    run_child, calls = _fake_child(kog_steps=4 * 64)
+    monkeypatch.setattr(offline, "run_child", run_child)
+    assert bench_cmd.run(_args(tmp_path, "--model", ckpt, "--new-tokens", "64", "--no-chart", "--greedy")) == 0
+    assert all(c["sampling_overrides"] == {"temperature": 0.0} for c in calls)
+    assert "sampling: greedy (--greedy); unseeded" in capsys.readouterr().out
+    rep = BenchReport.load(str(tmp_path / "out" / "bench.json"))
+    assert rep.settings["sampling"] == {"greedy": True, "overrides": {"temperature": 0.0}, "seed": None}
+    assert rep.models[0].sampling["params"]["top_p"] == 1.0 and rep.models[0].tokens_match is True
+
+    calls.clear()
+    args = _args(tmp_path, "--model", ckpt, "--new-tokens", "64", "--no-chart", "--temperature", "0.8", "--seed", "3")
+    assert bench_cmd.run(args) == 0
+    assert all(c["sampling_overrides"] == {"temperature": 0.8} and c["sampling_seed"] == 3 for c in calls)
+    out = capsys.readouterr().out
+    assert ("sampling: temperature 0.8, top_p 0.9 (--temperature 0.8 over the model generation config: "
+            "temperature 0.6, top_p 0.9); seed 3") in out
+    rep = BenchReport.load(str(tmp_path / "out" / "bench.json"))
+    assert rep.settings["sampling"] == {"greedy": False, "overrides": {"temperature": 0.8}, "seed": 3}
+    assert rep.models[0].sampling["params"]["temperature"] == 0.8 and rep.models[0].sampling["seed"] == 3
+
+    assert bench_cmd.run(_args(tmp_path, "--model", ckpt, "--greedy", "--top-k", "20")) == 2
+    assert "--greedy is temperature 0, which ignores --top-k" in capsys.readouterr().err
+
+
+def test_command_header_names_each_models_sampling(tmp_path, monkeypatch, capsys):
+    llama, qwen = _ckpt(tmp_path, "llama"), _ckpt(tmp_path, "qwen", "tiny-qwen3")
+    run_child, _ = _fake_child(kog_steps=4 * 64, gen_of=lambda path: QWEN_GEN if path.endswith("qwen") else LLAMA_GEN)
+    monkeypatch.setattr(offline, "run_child", run_child)
+    assert bench_cmd.run(_args(tmp_path, "--model", llama, "--model", qwen, "--new-tokens", "64")) == 0
+    out = capsys.readouterr().out
+    assert "sampling (llama): model generation config: temperature 0.6, top_p 0.9; unseeded" in out
+    assert "sampling (qwen): model generation config: temperature 0.6, top_p 0.95, top_k 20; unseeded" in out
+    assert os.path.getsize(tmp_path / "out" / "bench.png") > 5000
+
+
+def test_header_of_a_json_written_before_sampling_was_recorded():
+    rep = fake_report()  # settings with "temperature": 0.0 and no "sampling"
+    assert "sampling: greedy" in format_table(rep).splitlines()
+    rep.settings.update(temperature=0.8, top_p=0.9, top_k=0)
+    assert "sampling: temperature 0.8 top-p 0.9 top-k 0" in format_table(rep)
+
+
+def test_engines_that_disagree_on_sampling_are_flagged():
+    a = RunResult(impl="stock", ok=True, sampling={"params": {"temperature": 0.6}, "seed": None, "generation_config": {}})
+    b = RunResult(impl="kog", ok=True, sampling={"params": {"temperature": 1.0}, "seed": None, "generation_config": {}})
+    m = ModelResult(model="m", path="/m", rows=[a, b])
+    assert offline.model_sampling(m) == a.sampling and "differs from the stock engine's" in b.warnings[0]
 
 
 def test_command_only_stock(tmp_path, monkeypatch):

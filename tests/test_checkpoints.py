@@ -47,7 +47,11 @@ def test_files_and_marker(written, name):
         assert os.path.isfile(os.path.join(d, f)), f
     with open(os.path.join(d, "config.json")) as f:
         assert json.load(f) == shapes.SHAPES[name]
+    with open(os.path.join(d, "generation_config.json")) as f:
+        assert json.load(f) == shapes.generation_config(name)
     marker = checkpoints.read_marker(d)
+    assert marker["generation_config"] == shapes.generation_config(name)
+    assert checkpoints.is_current(d, name, seed=0) and not checkpoints.is_current(d, name, seed=1)
     assert (marker["shape"], marker["seed"], marker["device_type"]) == (name, 0, "cpu")
     assert marker["param_count"] == shapes.param_count(name)
     assert marker["weight_bytes"] == 2 * shapes.param_count(name)
@@ -98,6 +102,103 @@ def test_stored_names_and_init_statistics(written, name):
     assert abs(norm.mean().item() - 1) < 0.02 and 0.005 < norm.std().item() < 0.05
     # Each tensor has its own stream: no two tensors of one shape are equal.
     assert not torch.equal(t["model.layers.0.mlp.up_proj.weight"], t["model.layers.1.mlp.up_proj.weight"])
+
+
+# The published generation_config.json of the real models (Hugging Face repos), and the family values our
+# shapes take, with the ids of their own special tokens.
+PUBLISHED_GENERATION = {
+    "llama-3.2-1b": {"bos_token_id": 128000, "do_sample": True, "eos_token_id": [128001, 128008, 128009],
+                     "temperature": 0.6, "top_p": 0.9, "transformers_version": "4.45.0.dev0"},
+    "llama-3.1-8b": {"bos_token_id": 128000, "do_sample": True, "eos_token_id": [128001, 128008, 128009],
+                     "temperature": 0.6, "top_p": 0.9, "transformers_version": "4.42.3"},
+    "qwen3-1.7b": {"bos_token_id": 151643, "do_sample": True, "eos_token_id": [151645, 151643], "pad_token_id": 151643,
+                   "temperature": 0.6, "top_k": 20, "top_p": 0.95, "transformers_version": "4.51.0"},
+}
+FAMILY_SAMPLING = {"llama": {"temperature": 0.6, "top_p": 0.9}, "qwen3": {"temperature": 0.6, "top_k": 20, "top_p": 0.95}}
+STOP_TOKENS = {"llama": ["<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"], "qwen3": ["<|im_end|>", "<|endoftext|>"]}
+
+
+def test_real_shapes_have_the_published_generation_config():
+    for name, published in PUBLISHED_GENERATION.items():
+        assert shapes.generation_config(name) == published
+        assert checkpoints.expected_generation_config(name) == published
+
+
+@pytest.fixture(scope="module")
+def metadata(tmp_path_factory):
+    """Every shape's files but the weights, written as write_checkpoint writes them."""
+    root = tmp_path_factory.mktemp("meta")
+    out = {}
+    for name in shapes.SHAPES:
+        d = str(root / name)
+        checkpoints.write_metadata(d, shapes.get_shape(name), checkpoints.expected_generation_config(name))
+        out[name] = d
+    return out
+
+
+@pytest.mark.parametrize("name", shapes.shape_names())
+def test_every_shape_writes_its_family_generation_config(metadata, name):
+    """make-checkpoint's generation_config.json for every shape: the family's sampling defaults, the ids of the
+    tokenizer the project builds, config.json's EOS among them; and what vLLM 0.26 makes of it."""
+    from transformers import AutoTokenizer, GenerationConfig
+    from vllm.config import ModelConfig
+    from vllm.sampling_params import SamplingParams
+
+    d, cfg = metadata[name], shapes.SHAPES[name]
+    with open(os.path.join(d, "generation_config.json")) as f:
+        gen = json.load(f)
+    assert gen == shapes.generation_config(name)
+    family = cfg["model_type"]
+    assert {k: gen[k] for k in FAMILY_SAMPLING[family]} == FAMILY_SAMPLING[family] and gen["do_sample"] is True
+    assert not {"min_p", "repetition_penalty", "max_new_tokens"} & set(gen)
+    tok = AutoTokenizer.from_pretrained(d)
+    assert gen["eos_token_id"] == tok.convert_tokens_to_ids(STOP_TOKENS[family])
+    assert gen["bos_token_id"] == cfg["bos_token_id"] == tok.convert_tokens_to_ids(tok.special_tokens_map.get("bos_token") or "<|endoftext|>")
+    assert tok.eos_token_id == cfg["eos_token_id"] == gen["eos_token_id"][0]
+    if family == "qwen3":
+        assert gen["pad_token_id"] == tok.convert_tokens_to_ids("<|endoftext|>")
+    assert GenerationConfig.from_pretrained(d).eos_token_id == gen["eos_token_id"]
+
+    # vLLM: the defaults a request that sets nothing gets (LLM.get_default_sampling_params builds them from
+    # get_diff_sampling_param), and the stop ids every request gets from the generation config.
+    mc = ModelConfig(model=d, skip_tokenizer_init=True)
+    diff = mc.get_diff_sampling_param()
+    assert diff == FAMILY_SAMPLING[family]
+    default = SamplingParams.from_optional(**diff)
+    assert (default.temperature, default.top_p, default.top_k) == (0.6, gen["top_p"], gen.get("top_k", 0))
+    sp = SamplingParams(max_tokens=8)
+    sp.update_from_generation_config(mc.try_get_generation_config(), cfg["eos_token_id"])
+    assert sp.all_stop_token_ids == set(gen["eos_token_id"])
+    assert set(sp.stop_token_ids) == set(gen["eos_token_id"]) - {cfg["eos_token_id"]}
+
+
+def test_generation_config_ids_are_checked_against_the_tokenizer(monkeypatch):
+    bad = dict(shapes.GENERATION_CONFIGS["tiny-llama"], eos_token_id=[4081, 4082])
+    monkeypatch.setitem(shapes.GENERATION_CONFIGS, "tiny-llama", bad)
+    with pytest.raises(ValueError, match="tokenizer"):
+        checkpoints.expected_generation_config("tiny-llama")
+
+
+def test_a_checkpoint_without_the_current_generation_config_is_brought_up_to_date(tmp_path):
+    """A checkpoint written before its shape had sampling defaults (ids only, no generation_config in the marker)
+    gets the current file; the weights stay."""
+    d = str(tmp_path / "old")
+    checkpoints.write_checkpoint("tiny-qwen3", d, seed=0, device="cpu")
+    marker = checkpoints.read_marker(d)
+    del marker["generation_config"]
+    with open(os.path.join(d, checkpoints.MARKER), "w") as f:
+        json.dump(marker, f)
+    with open(os.path.join(d, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": 4032, "eos_token_id": [4034, 4032]}, f)
+    assert not checkpoints.is_current(d, "tiny-qwen3")
+    st = os.path.join(d, "model.safetensors")
+    before = os.stat(st).st_mtime_ns
+    logs: list[str] = []
+    assert checkpoints.write_checkpoint("tiny-qwen3", d, seed=0, device="cpu", log=logs.append) == d
+    assert os.stat(st).st_mtime_ns == before and "weights kept" in logs[0]
+    with open(os.path.join(d, "generation_config.json")) as f:
+        assert json.load(f) == shapes.generation_config("tiny-qwen3")
+    assert checkpoints.is_current(d, "tiny-qwen3")
 
 
 def test_idempotent_and_refuses_another_checkpoint(written, tmp_path):
@@ -223,7 +324,10 @@ def test_vllm_accepts_checkpoints(written):
         assert mc.dtype == torch.bfloat16
         assert mc.max_model_len == cfg["max_position_embeddings"]
         assert mc.get_vocab_size() == cfg["vocab_size"] and mc.get_head_size() == cfg["head_dim"]
-        assert mc.get_diff_sampling_param() == {}  # generation_config.json sets no sampling defaults
+        # vLLM applies the family's sampling defaults to requests that set none (--generation-config auto).
+        gen = shapes.generation_config(name)
+        want = {k: gen[k] for k in ("temperature", "top_k", "top_p") if k in gen}
+        assert mc.get_diff_sampling_param() == want
         if cfg.get("rope_scaling"):
             assert hf.rope_parameters["rope_type"] == "llama3"
 

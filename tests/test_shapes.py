@@ -88,3 +88,25 @@ def test_weight_bytes_per_token():
 def test_layer_params_by_hand():
     # tiny-qwen3: qkv (4 + 2*2) * 128 * 256, o 4*128*256, mlp 3*256*512, norms 2*256, q/k norms 2*128.
     assert shapes.layer_params("tiny-qwen3") == 8 * 128 * 256 + 4 * 128 * 256 + 3 * 256 * 512 + 2 * 256 + 2 * 128
+
+
+@pytest.mark.parametrize("name", shapes.shape_names())
+def test_every_shape_has_its_family_generation_config(name):
+    """The family's published sampling defaults; BOS and end-of-generation ids laid out from bos_token_id as the
+    project's tokenizer lays them out (tests/test_checkpoints.py checks them against the built tokenizer)."""
+    cfg, gen = shapes.SHAPES[name], shapes.generation_config(name)
+    bos = cfg["bos_token_id"]
+    assert gen["bos_token_id"] == bos and gen["do_sample"] is True and gen["eos_token_id"][0] == cfg["eos_token_id"]
+    if cfg["model_type"] == "llama":
+        assert (gen["temperature"], gen["top_p"]) == (0.6, 0.9) and "top_k" not in gen
+        assert gen["eos_token_id"] == [bos + 1, bos + 8, bos + 9]  # <|end_of_text|>, <|eom_id|>, <|eot_id|>
+    else:
+        assert (gen["temperature"], gen["top_k"], gen["top_p"]) == (0.6, 20, 0.95)
+        assert gen["eos_token_id"] == [bos + 2, bos] and gen["pad_token_id"] == bos  # <|im_end|>, <|endoftext|>
+    assert max(gen["eos_token_id"]) < cfg["vocab_size"]
+    # a fresh copy; a config dict of the family gives the same sampling defaults
+    gen["temperature"] = 5.0
+    assert shapes.generation_config(name)["temperature"] == 0.6
+    computed = shapes.generation_config(shapes.get_shape(name))
+    assert {k: v for k, v in computed.items() if k != "transformers_version"} == {
+        k: v for k, v in shapes.generation_config(name).items() if k != "transformers_version"}

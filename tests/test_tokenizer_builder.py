@@ -159,4 +159,5 @@ def test_saved_files_load_in_transformers_with_chat_template(tmp_path, shape):
 
     gen = tb.generation_config(spec)
     assert cfg["eos_token_id"] in gen["eos_token_id"]
-    assert set(gen) == {"bos_token_id", "eos_token_id"}  # no sampling defaults for vLLM to apply
+    assert set(gen) == {"bos_token_id", "eos_token_id"}  # the ids; sampling defaults: shapes.generation_config
+    assert {k: v for k, v in shapes.generation_config(shape).items() if k in gen} == gen

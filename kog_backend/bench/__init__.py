@@ -6,6 +6,8 @@ Imports nothing heavy: torch and vLLM are imported only in the subprocess that r
   metrics       ms/token, tok/s, GB/s, share of copy bandwidth: the arithmetic, nothing else
   model_bytes   bytes one decode step reads (weights, KV cache) from a Hugging Face config
   results       the JSON schema (dataclasses, round-trip)
+  sampling      which sampling the requests ask for (default: none set, the model's generation config) and how
+                the header names the settings in force
   table, chart  the text table and the PNG
   offline       the parent: resolves checkpoints, runs one subprocess per engine, shows progress
   offline_child one engine: copy bandwidth, warm-up, timed generate calls, kog counters

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-
 import statistics
 
+from kog_backend.bench import sampling
 from kog_backend.bench.results import BenchReport
 
 COLORS = {"stock": "#7f7f7f", "kog": "#d62728"}
@@ -61,6 +61,9 @@ def write_chart(report: BenchReport, path: str) -> str:
     k = f", K={s.get('tokens_per_step') or 'default'}" if report.kind == "offline" else ""
     if report.kind == "offline" and s.get("engine_args"):
         k += f", engine args {json.dumps(s['engine_args'], sort_keys=True)}"
+    sampled = sampling.short_text(s, [(m.model, m.sampling) for m in models], http=report.kind == "http")
+    if sampled:
+        k += f", {sampled}"
     fig.suptitle(f"{first}\nbatch 1, prompt {s.get('prompt_len')}, {s.get('new_tokens')} new tokens{k}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

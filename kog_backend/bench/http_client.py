@@ -2,8 +2,10 @@
 
 One streaming `/v1/completions` request at a time (batch 1), servers interleaved A, B, A, B ... so that drift
 hits both alike; a bounded number of requests, each with a timeout. The prompt is random token ids; `ignore_eos`
-makes every request produce `new_tokens`. With `stream_options.continuous_usage_stats` every chunk carries
-the running completion-token count, so bursts of several tokens (kog's K tokens per step) are counted exactly.
+makes every request produce `new_tokens`. The requests set no sampling field unless told (flags, `--greedy`): each
+server applies its default, its model's generation config, as for a client that sets none. With
+`stream_options.continuous_usage_stats` every chunk carries the running completion-token count, so bursts of
+several tokens (kog's K tokens per step) are counted exactly.
 
 Per request (seconds from sending it):
   ttft        first chunk that carries a token
@@ -32,19 +34,20 @@ class HttpSettings:
     model: str | None = None  # served model name; default: the server's first /v1/models entry
     prompt_len: int = 32
     new_tokens: int = 512
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
+    greedy: bool = False  # --greedy: temperature 0 (in sampling_overrides)
+    sampling_overrides: dict[str, Any] = dataclasses.field(default_factory=dict)  # the only sampling fields sent
+    sampling_seed: int | None = None  # sent as "seed" when given
     requests: int = 5
     warmup: int = 1
     max_token_id: int = 1000
     timeout_s: float = 300.0
     wait_ready_s: float = 0.0  # poll /health this long before the first request
-    seed: int = 0
+    seed: int = 0  # prompt token ids
 
     def public(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d.pop("urls")
+        d["sampling"] = {"greedy": d.pop("greedy"), "overrides": d.pop("sampling_overrides"), "seed": d.pop("sampling_seed")}
         return d
 
 
@@ -166,17 +169,20 @@ def _event_tokens(ev: bytes, t: RequestTiming) -> int | None:
 
 
 def request_body(model: str, s: HttpSettings, rng: random.Random) -> dict[str, Any]:
-    return {
+    """A streaming completion that sets only the sampling fields the bench was given: every other one is the
+    server's default (its model's generation config, as vLLM applies it)."""
+    body = {
         "model": model,
         "prompt": [rng.randrange(s.max_token_id) for _ in range(s.prompt_len)],
         "max_tokens": s.new_tokens,
-        "temperature": s.temperature,
-        "top_p": s.top_p,
-        "top_k": s.top_k,
+        **s.sampling_overrides,
         "ignore_eos": True,
         "stream": True,
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }
+    if s.sampling_seed is not None:
+        body["seed"] = s.sampling_seed
+    return body
 
 
 def aggregate(label: str, timings: list[RequestTiming], expected_tokens: int) -> RunResult:

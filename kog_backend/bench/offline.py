@@ -3,7 +3,8 @@
 The parent imports neither torch nor vLLM (it never holds GPU memory); each child
 (`offline_child.py`) measures the copy bandwidth, starts one `vllm.LLM`, and times generate calls. The parent
 turns the raw timings into figures (`finalize_row`), compares kog's greedy tokens with stock's, and writes
-JSON, PNG and the table.
+JSON, PNG and the table. Sampling: by default none is set, so each engine runs what vLLM gives a request that
+sets none (the model's generation config; bench/sampling.py); the engines report the settings in force.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 import time
 from typing import Any
 
-from kog_backend.bench import metrics, model_bytes
+from kog_backend.bench import metrics, model_bytes, sampling
 from kog_backend.bench.results import IMPLS, BenchReport, ModelResult, RunResult
 
 PROMPT_ID_LIMIT = 10000  # random prompt ids are drawn below this (as `vllm bench latency`) or the vocabulary
@@ -34,9 +35,8 @@ class Settings:
     prompt_len: int = 32
     new_tokens: int = 512
     tokens_per_step: int | None = None
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
+    greedy: bool = False  # --greedy: temperature 0 (in sampling_overrides)
+    sampling_overrides: dict[str, Any] = dataclasses.field(default_factory=dict)  # fields over the generation config
     sampling_seed: int | None = None
     tp: int = 1
     reps: int = 3
@@ -58,6 +58,7 @@ class Settings:
         d = dataclasses.asdict(self)
         for k in ("models", "out", "verbose", "commit", "timeout_s"):
             d.pop(k)
+        d["sampling"] = {"greedy": d.pop("greedy"), "overrides": d.pop("sampling_overrides"), "seed": d.pop("sampling_seed")}
         return d
 
 
@@ -83,14 +84,17 @@ def resolve_model(name: str, create: bool = True, log=print) -> ResolvedModel:
     from kog_backend import checkpoints
 
     path = checkpoints.default_checkpoint_dir(name)
-    if checkpoints.read_marker(path) is None:  # the marker is written last: no marker, no complete checkpoint
+    if not checkpoints.is_current(path, name, seed=0):
         if not create:
-            raise ValueError(f"no checkpoint for shape {name} at {path}")
-        log(f"writing the random-weight {name} checkpoint to {path} (once) ...")
+            raise ValueError(f"no current checkpoint for shape {name} at {path}")
+        if checkpoints.read_marker(path) is None:  # the marker is written last: no marker, no complete checkpoint
+            log(f"writing the random-weight {name} checkpoint to {path} (once) ...")
+        else:  # e.g. written before its generation config changed: write_checkpoint keeps the weights if it can
+            log(f"bringing the {name} checkpoint at {path} up to date ...")
         # In a child process, so that the GPU memory it draws the weights with is released before the engines.
         code = f"from kog_backend.checkpoints import write_checkpoint; write_checkpoint({name!r}, {path!r}, seed=0)"
         done = subprocess.run([sys.executable, "-c", code])
-        if done.returncode != 0 or checkpoints.read_marker(path) is None:
+        if done.returncode != 0 or not checkpoints.is_current(path, name, seed=0):
             raise RuntimeError(f"writing the {name} checkpoint to {path} failed (status {done.returncode})")
     return ResolvedModel(name, path, name)
 
@@ -147,6 +151,19 @@ def _check_kog_counters(row: RunResult, s: Settings) -> None:
         row.warnings.append(f"kog steps = 0: this row measured stock vLLM, not the kog path (fallbacks: {reasons}{why})")
     elif row.kog_token_share is not None and row.kog_token_share < 0.95:
         row.warnings.append(f"only {100 * row.kog_token_share:.0f}% of decoded tokens ran on the kog path")
+
+
+def model_sampling(result: ModelResult) -> dict[str, Any] | None:
+    """The sampling in force for a model, as its engines reported it; a warning on each row whose engine ran
+    other settings than the first (stock and kog read the same checkpoint: they should never differ)."""
+    reported = [r for r in result.rows if r.sampling]
+    if not reported:
+        return None
+    first = reported[0].sampling
+    for r in reported[1:]:
+        if r.sampling != first:
+            r.warnings.append(f"sampling in force {r.sampling} differs from the {reported[0].impl} engine's {first}")
+    return first
 
 
 def compare_tokens(stock: RunResult | None, kog: RunResult | None) -> tuple[bool | None, int | None]:
@@ -278,6 +295,7 @@ def run_offline(s: Settings, log=print) -> BenchReport:
     report = BenchReport(kind="offline", date=environment.utc_now(), commit=environment.commit(s.commit), kog_version=__version__)
     report.settings = s.public()
     report.host = {"vllm": environment.package_version("vllm"), "torch": environment.package_version("torch")}
+    log(f"sampling: {sampling.request_text(report.settings['sampling'])}")
     # Every model and its spec first, so that a bad name or length fails before any engine runs.
     plans = []
     for m in (resolve_model(name, log=log) for name in s.models):
@@ -290,9 +308,7 @@ def run_offline(s: Settings, log=print) -> BenchReport:
             "prompt_token_ids": prompt_token_ids(int(cfg["vocab_size"]), s.prompt_len, s.seed),
             "max_model_len": max_model_len(cfg, s),
             "new_tokens": s.new_tokens,
-            "temperature": s.temperature,
-            "top_p": s.top_p,
-            "top_k": s.top_k,
+            "sampling_overrides": s.sampling_overrides,
             "sampling_seed": s.sampling_seed,
             "tp": s.tp,
             "reps": s.reps,
@@ -311,7 +327,8 @@ def run_offline(s: Settings, log=print) -> BenchReport:
             result.rows.append(finalize_row(row, s, result.bytes_per_token))
         stock, kog = result.row("stock"), result.row("kog")
         result.speedup = metrics.speedup(kog.tok_s if kog and kog.ok else None, stock.tok_s if stock and stock.ok else None)
-        if s.temperature == 0:
+        result.sampling = model_sampling(result)
+        if result.sampling and sampling.is_greedy(result.sampling["params"]):
             result.tokens_match, result.first_mismatch = compare_tokens(stock, kog)
         report.models.append(result)
     return report

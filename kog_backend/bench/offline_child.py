@@ -6,7 +6,8 @@ timings. Progress goes to the pipe `--progress-fd` as lines `total N` / `step LA
 
 Order: copy bandwidth (before vLLM takes the GPU memory), engine start, `warmup` rounds, `reps` timed rounds.
 A round is one 1-token generate call then one (new_tokens + 1)-token call, each timed with perf_counter around
-`LLM.generate`, the prompt the same random token ids for both engines.
+`LLM.generate`, the prompt the same random token ids for both engines. Sampling: what vLLM gives a request
+that sets nothing (the model's generation config), with the bench's explicit fields over it (bench/sampling.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 import traceback
 from typing import Any
 
+from kog_backend.bench.sampling import FIELDS
 from kog_backend.config import CONFIG_KEY, SCHEDULER_CLS, WORKER_CLS, KogConfig
 
 
@@ -60,17 +62,31 @@ def engine_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
     return kw
 
 
-def sampling_kwargs(spec: dict[str, Any], max_tokens: int) -> dict[str, Any]:
-    kw = {
-        "max_tokens": max_tokens,
-        "ignore_eos": True,
-        "temperature": spec["temperature"],
-        "top_p": spec["top_p"],
-        "top_k": spec["top_k"],
-    }
+def default_sampling(llm: Any) -> dict[str, Any]:
+    """The sampling fields of the SamplingParams vLLM gives a request that sets none: the model's generation
+    config as vLLM applies it (`LLM.get_default_sampling_params()`, from `ModelConfig.get_diff_sampling_param()`)."""
+    sp = llm.get_default_sampling_params()
+    return {k: getattr(sp, k) for k in FIELDS}
+
+
+def sampling_kwargs(spec: dict[str, Any], max_tokens: int, defaults: dict[str, Any]) -> dict[str, Any]:
+    """SamplingParams(**kw) of a timed call: vLLM's defaults for the model, the bench's explicit fields over
+    them (spec["sampling_overrides"]: flags given, or temperature 0 for --greedy), max_tokens, ignore_eos."""
+    kw = {**defaults, **(spec.get("sampling_overrides") or {}), "max_tokens": max_tokens, "ignore_eos": True}
     if spec.get("sampling_seed") is not None:
         kw["seed"] = spec["sampling_seed"]
     return kw
+
+
+def sampling_record(sp: Any, llm: Any) -> dict[str, Any]:
+    """What the JSON records of the sampling in force: the fields of the SamplingParams used (after vLLM's own
+    normalisation: greedy resets top-p, top-k and min-p), its seed, and the model's generation config as vLLM
+    reads it."""
+    return {
+        "params": {k: getattr(sp, k) for k in FIELDS},
+        "seed": sp.seed,
+        "generation_config": dict(llm.model_config.get_diff_sampling_param()),
+    }
 
 
 def measure(spec: dict[str, Any], progress: Progress, host: dict[str, Any]) -> dict[str, Any]:
@@ -101,8 +117,10 @@ def measure(spec: dict[str, Any], progress: Progress, host: dict[str, Any]) -> d
 
     prompt = TokensPrompt(prompt_token_ids=list(spec["prompt_token_ids"]))
     n = spec["new_tokens"]
-    sp_one = SamplingParams(**sampling_kwargs(spec, 1))
-    sp_full = SamplingParams(**sampling_kwargs(spec, n + 1))
+    defaults = default_sampling(llm)
+    sp_one = SamplingParams(**sampling_kwargs(spec, 1, defaults))
+    sp_full = SamplingParams(**sampling_kwargs(spec, n + 1, defaults))
+    row["sampling"] = sampling_record(sp_full, llm)
 
     def timed(sp: Any) -> tuple[float, Any]:
         start = time.perf_counter()

@@ -36,6 +36,9 @@ class RunResult:
     counters: list[dict[str, Any]] | None = None  # kog_stats, one dict per worker (kog only)
     kog_token_share: float | None = None  # kog-path tokens / decode tokens generated in this process
     load_s: float | None = None
+    # offline: the sampling in force in this engine: {"params": SamplingParams fields, "seed", "generation_config":
+    # the model's sampling defaults as vLLM read them} (bench/sampling.py)
+    sampling: dict[str, Any] | None = None
     requests: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # http mode: one dict per request
     warnings: list[str] = dataclasses.field(default_factory=list)
 
@@ -54,6 +57,7 @@ class ModelResult:
     speedup: float | None = None  # kog tok/s / stock tok/s
     tokens_match: bool | None = None  # greedy only: kog's tokens equal stock's
     first_mismatch: int | None = None
+    sampling: dict[str, Any] | None = None  # offline: the sampling in force for this model (as RunResult.sampling)
 
     def row(self, impl: str) -> RunResult | None:
         return next((r for r in self.rows if r.impl == impl), None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from kog_backend.bench import sampling
 from kog_backend.bench.results import BenchReport, ModelResult, RunResult
 
 
@@ -37,15 +38,13 @@ def header_lines(report: BenchReport) -> list[str]:
         gpu = f"{h['gpu']} x{h.get('gpu_count', '?')}  driver {h.get('driver') or '?'}" if h.get("gpu") else "none seen"
         lines.append(f"GPU: {gpu}  torch {h.get('torch', '?')}  vLLM {h.get('vllm', '?')}")
     if report.kind == "offline":
-        sampling = "greedy" if not s.get("temperature") else (
-            f"temperature {s.get('temperature')} top-p {s.get('top_p')} top-k {s.get('top_k')}"
-        )
         k = s.get("tokens_per_step")
         lines.append(
             f"batch 1, prompt {s.get('prompt_len')} random token ids, {s.get('new_tokens')} new tokens (ignore_eos), "
-            f"{sampling}, TP {s.get('tp')}, K={k if k else 'default'}, {s.get('stat')} of {s.get('reps')} reps "
+            f"TP {s.get('tp')}, K={k if k else 'default'}, {s.get('stat')} of {s.get('reps')} reps "
             f"after {s.get('warmup')} warm-up"
         )
+        lines += sampling.header_lines(s, [(m.model, m.sampling) for m in report.models], http=False)
         if s.get("engine_args"):
             lines.append(f"engine arguments on both sides: {json.dumps(s['engine_args'], sort_keys=True)}")
         if s.get("kog_options"):
@@ -55,6 +54,7 @@ def header_lines(report: BenchReport) -> list[str]:
             f"streaming /v1/completions, one request at a time, prompt {s.get('prompt_len')} token ids, "
             f"{s.get('new_tokens')} new tokens, {s.get('requests')} requests per server"
         )
+        lines += sampling.header_lines(s, [], http=True)
     return lines
 
 

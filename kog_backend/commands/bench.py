@@ -3,6 +3,8 @@
 Offline (default): for each --model (a checkpoint directory or an embedded shape, whose random-weight checkpoint
 is written when missing), runs stock vLLM and then kog, each in its own process with identical settings.
 HTTP (--url, once or twice): streams completions from live `vllm serve` servers, one request at a time.
+Sampling: by default what a client that sets no sampling field gets, the model's generation config as vLLM applies
+it; `--greedy` and the sampling flags choose otherwise; the header and the JSON say which settings were in force.
 
 Exit status: 0 every row measured (and every kog row ran the kog path); 1 a row failed, or a kog row's
 counters show no kog step; 2 bad arguments.
@@ -31,8 +33,17 @@ def _positive(text: str) -> int:
     return v
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows defaults, except None and False (an option not given: its help says what that means)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+    p.formatter_class = _HelpFormatter
     g = p.add_argument_group("what to run")
     g.add_argument("--model", "--shape", dest="models", action="append", metavar="DIR_OR_SHAPE",
                    help="checkpoint directory or embedded shape name (repeatable; default llama-3.2-1b)")
@@ -50,11 +61,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tokens-per-step", "-K", type=_positive, default=None, metavar="K",
                    help="kog: tokens generated per engine step (default: --kog-options' tokens_per_step if given, "
                         f"else kog's own default {DEFAULT_K}, which spreads vLLM's ~1.5 ms engine step over that many "
-                        "tokens; benchmarks/NOTES.md has the K sweep)")
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--top-k", type=int, default=0, help="0 = off")
-    g.add_argument("--seed", type=int, default=None, help="per-request sampling seed (default: none)")
+                        "tokens; docs/tuning.md says how it was chosen)")
+    g = p.add_argument_group(
+        "sampling",
+        "By default the requests set no sampling field, as a client that sets none: vLLM applies the model's "
+        "generation_config.json (Llama 3.x Instruct: temperature 0.6, top-p 0.9; Qwen3: temperature 0.6, top-k 20, "
+        "top-p 0.95; none in the file: vLLM's temperature 1.0). The header and the JSON say which settings were in "
+        "force. Each flag given overrides that field; --greedy is temperature 0.")
+    g.add_argument("--greedy", action="store_true", help="greedy decoding (temperature 0), as a client that sends "
+                   "temperature 0")
+    g.add_argument("--temperature", type=float, default=None, help="instead of the generation config's (0 = greedy)")
+    g.add_argument("--top-p", type=float, default=None, help="instead of the generation config's (1 = off)")
+    g.add_argument("--top-k", type=int, default=None, help="instead of the generation config's (0 = off)")
+    g.add_argument("--min-p", type=float, default=None, help="instead of the generation config's (0 = off)")
+    g.add_argument("--repetition-penalty", type=float, default=None, help="instead of the generation config's (1 = off)")
+    g.add_argument("--presence-penalty", type=float, default=None, help="0 = off (vLLM's default)")
+    g.add_argument("--frequency-penalty", type=float, default=None, help="0 = off (vLLM's default)")
+    g.add_argument("--seed", type=int, default=None, help="per-request sampling seed (default: none, as a client "
+                   "that sets none)")
     g = p.add_argument_group("measurement")
     g.add_argument("--reps", type=_positive, default=3, help="timed rounds (offline) ")
     g.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
@@ -77,7 +101,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="poll each server's /health for up to S seconds before the first request")
 
 
+_GREEDY_IGNORES = ("temperature", "top_p", "top_k", "min_p")  # vLLM resets these at temperature 0
+
+
+def sampling_overrides(args: argparse.Namespace) -> dict:
+    """The sampling fields the bench sets itself (bench/sampling.py); ValueError for --greedy with a flag that
+    greedy decoding ignores."""
+    from kog_backend.bench.sampling import FIELDS, overrides
+
+    explicit = {k: getattr(args, k, None) for k in FIELDS}
+    if args.greedy:
+        clash = [f"--{k.replace('_', '-')}" for k in _GREEDY_IGNORES if explicit[k] is not None]
+        if clash:
+            raise ValueError(f"--greedy is temperature 0, which ignores {', '.join(clash)}")
+    return overrides(args.greedy, **explicit)
+
+
 def run(args: argparse.Namespace) -> int:
+    try:
+        args.sampling_overrides = sampling_overrides(args)
+    except ValueError as e:
+        print(f"kog bench: {e}", file=sys.stderr)
+        return 2
     urls = list(args.urls or []) + ([args.url2] if args.url2 else [])
     if urls:
         report = _run_http(args, urls)
@@ -108,9 +153,8 @@ def _run_offline(args: argparse.Namespace):
         prompt_len=args.prompt_len,
         new_tokens=args.new_tokens,
         tokens_per_step=k,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
+        greedy=args.greedy,
+        sampling_overrides=args.sampling_overrides,
         sampling_seed=args.seed,
         tp=args.tp,
         reps=args.reps,
@@ -146,9 +190,9 @@ def _run_http(args: argparse.Namespace, urls: list[str]):
         model=args.served_model,
         prompt_len=args.prompt_len,
         new_tokens=args.new_tokens,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
+        greedy=args.greedy,
+        sampling_overrides=args.sampling_overrides,
+        sampling_seed=args.seed,
         requests=args.requests,
         warmup=args.warmup,
         max_token_id=args.max_token_id,
