@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Kernel builds A/B in one device call (the only comparison that holds: machines differ by a few percent). Builds
-# whose executed code is the same still differ by up to ~9 us on Qwen3-1.7B through code generation alone (NOTES.md,
-# eighteenth session: shifted and rescheduled builds of main), and builds that add never-run code have run up to
-# 27-39 us slower (seventeenth session), so a small build-against-build difference is not yet a design result;
+# whose executed code is the same still differ by up to ~9 us on Qwen3-1.7B through code generation alone (shifted
+# and rescheduled builds of one source, docs/tuning.md), and builds that add never-run code have run up to 27-39 us
+# slower, so a small build-against-build difference is not yet a design result;
 # runtime variants of one build (bench_monokernel.py --set) are free of it.
 #   bash benchmarks/ab_kernel_builds.sh "BENCH ARGS" NAME [NAME ...]
 # Each NAME is an extension build at .device/variants/NAME.so.xz of this tree's sources (make one here with

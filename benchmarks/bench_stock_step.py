@@ -16,11 +16,10 @@ and N decode steps at contexts c .. c + N - 1), both under the profiler:
     for s in llama-3.2-1b qwen3-1.7b llama-3.1-8b; do python3 benchmarks/bench_stock_step.py --shape $s; done
 
 One shape per process, one process at a time: vLLM sizes its KV cache from the memory in use when the engine
-starts, and engines started side by side on one GPU count each other's memory (2026-12-04 on the H200: three at
-0.2 / 0.2 / 0.3 of the memory, the third found none left for its cache). Prints a table last; writes JSON to
+starts, and engines started side by side on one GPU count each other's memory (on an H200, three at 0.2 / 0.2 /
+0.3 of the memory: the third found none left for its cache). Prints a table last; writes JSON to
 $OUT/bench_stock_step-<shape>.json when $OUT is set (schema "kog-stock-step/1": date, commit, GPU, versions, rows).
-First run: 2026-12-04 on an H200 (benchmarks/NOTES.md, twelfth session; JSON in
-benchmarks/results/2026-12-04-stock-step-vllm-0.26.0).
+Figures on an H200: docs/monokernel.md (JSON in benchmarks/results/2026-12-04-stock-step-copy-bw-vllm-0.26.0).
 """
 
 from __future__ import annotations

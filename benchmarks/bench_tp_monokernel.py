@@ -72,7 +72,7 @@ def rank_bench(rank: int, world: int, shapes: list[str], ctx: int, k: int, reps:
                    weight_bytes=w.weight_bytes_per_token(), kv_bytes=kv_bytes, layers=s.num_layers)  # fmt: skip
         # no exchange: tp_rank 0 and W = 1 make every push target delta[0], which must then be this rank's own
         # buffer (0), not rank 0's: otherwise rank r > 0 signals rank 0's counters and its own waits time out
-        # (2026-12-04: 1.2 s per token on world 2; layout.tp_fields_error now refuses such a table).
+        # (measured: 1.2 s per token on world 2; layout.tp_fields_error now refuses such a table).
         alone = mk.variant_table(tp_size=1, tp_rank=0, tp_delta=[0] * layout.CONFIG["kMaxTP"])
         for label, tbl in (("exchange", None), ("no exchange", alone)):
             if rank == 0:  # progress, so that a run that stops says where

@@ -1,6 +1,6 @@
 """GPU + vLLM integration tests. They run on the H200 device (see README: "GPU tests") and skip elsewhere.
 
-Checkpoints are random-weight models with real shapes, written once per session under $KOG_TEST_CKPT_DIR
+Checkpoints are random-weight models with real shapes, written once per test run under $KOG_TEST_CKPT_DIR
 (default /tmp/kog-test-ckpt) by kog_backend.checkpoints.
 """
 

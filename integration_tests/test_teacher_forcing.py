@@ -18,14 +18,14 @@ from vllm_helpers import engine_kwargs, first_mismatch, kog_kwargs, random_promp
 
 pytestmark = pytest.mark.vllm_gpu
 
-# Measured 2026-12-02 on the H200, torch step vs stock (eager), llama-3.2-1b shape, 128 steps: max |dlogit| =
-# 0.156 (2.5 bf16 ulps at |logit| 8-16), 10 flips, all at stock top-2 margins <= 0.0625 (6 of them exact bf16 ties).
-# Llama-3.1-8B shape (32 layers, untied random head), measured 2026-12-03 on the H200, 128 steps: torch step vs
-# stock max |dlogit| = 0.5625, monokernel vs stock 0.544 (27 flips, all explained); its bound is set from the
-# torch step, which follows stock's recipe op for op, so the kernel is held to what stock's own rounding allows.
-# Over 256 steps (2026-12-04, H200): 1B monokernel 0.161, Qwen3-1.7B monokernel 0.211 (under 0.25); 8B torch step
-# 0.621 and monokernel 0.606, past the 128-step bound of 0.6 (the maximum grows with the steps), so the 8B bound is
-# 0.75: the torch step's 256-step maximum plus ~20%.
+# Measured on an H200, torch step vs stock (eager), llama-3.2-1b shape, 128 steps: max |dlogit| = 0.156 (2.5 bf16
+# ulps at |logit| 8-16), 10 flips, all at stock top-2 margins <= 0.0625 (6 of them exact bf16 ties).
+# Llama-3.1-8B shape (32 layers, untied random head), on an H200, 128 steps: torch step vs stock max |dlogit| =
+# 0.5625, monokernel vs stock 0.544 (27 flips, all explained); its bound is set from the torch step, which follows
+# stock's recipe op for op, so the kernel is held to what stock's own rounding allows.
+# Over 256 steps (H200): 1B monokernel 0.161, Qwen3-1.7B monokernel 0.211 (under 0.25); 8B torch step 0.621 and
+# monokernel 0.606, past the 128-step bound of 0.6 (the maximum grows with the steps), so the 8B bound is 0.75: the
+# torch step's 256-step maximum plus ~20%.
 ATOL = float(os.environ.get("KOG_LOGIT_ATOL", "0.25"))
 SHAPE_ATOL = {"llama-3.1-8b": float(os.environ.get("KOG_LOGIT_ATOL_8B", "0.75"))}
 # Issue 3 asks for 256-token greedy outputs.

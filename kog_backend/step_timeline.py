@@ -1,7 +1,8 @@
 """Where a lone request's time goes between its bursts (kog option step_timeline; a diagnostic, off by default).
 
-`kog bench` at K = 32 spends ~0.89 ms per Llama-3.2-1B token where the kernel alone takes ~0.79 (benchmarks/NOTES.md,
-2026-12-03): ~3 ms per burst outside the kernel, twice the engine step measured with an empty model. This records,
+`kog bench` at K = 32 without run-ahead spent ~0.89 ms per Llama-3.2-1B token where the kernel alone took ~0.79
+(docs/tuning.md, `run_ahead`): ~3 ms per burst outside the kernel, twice the engine step measured with an empty
+model. This records,
 per kog step, host times (time.perf_counter) at execute_model's entry and at sample_tokens' return, and CUDA events
 on the stream right before and after every kernel launch; when the runner goes idle the events have completed and
 the request's medians (ms) join the counters (`kog stats --json`, `kog bench`'s result and table):

@@ -178,7 +178,7 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
   }
 #ifdef KOG_BENCH_SALT_MID  // diagnostics build: a never-run branch over KOG_BENCH_SALT_MID sleeps; ptxas then
                            // schedules the whole kernel anew (a sample of how much its choices alone move the step,
-                           // benchmarks/NOTES.md, seventeenth session)
+                           // docs/tuning.md)
   if (nh < 0) {
 #pragma unroll
     for (int i = 0; i < KOG_BENCH_SALT_MID; ++i) asm volatile("nanosleep.u32 0;");
@@ -333,7 +333,7 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
   if (bcast[0] == 0) return;
   // kCombineBatch splits per round trip: a batch's loads are all issued before any is used (one L2 round trip per
   // batch instead of one per split: measured 7.4 us for the sixteen splits of ctx 32 when loaded one split at a
-  // time, benchmarks/NOTES.md). Within a batch: M_b = max m_j, then sums in split order; batches merge with the
+  // time, docs/tuning.md). Within a batch: M_b = max m_j, then sums in split order; batches merge with the
   // usual rescaling (S <= kCombineBatch: exactly reference.combine_splits' formula).
   constexpr int kB = MonoConfig::kCombineBatch;
 #ifndef KOG_BENCH_NO_ATTN

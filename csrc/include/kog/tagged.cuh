@@ -2,7 +2,7 @@
 // gate/up -> down a benchmark variant (ModelArgs::tagged_handoffs bit 1); docs/monokernel.md items 12, 12b.
 //
 // A counter hand-off costs the producer a release (its fence waits for the bulk copies its SM has in flight:
-// ~1 us with none under the others' stream, 5-7 us with six, benchmarks/NOTES.md) and the consumer a counter round
+// ~1 us with none under the others' stream, 5-7 us with six, docs/tuning.md) and the consumer a counter round
 // trip before the data round trip. Here the producer stores each bf16 output together with the token's tag in one
 // 32-bit word (st.relaxed.gpu: single-copy atomic, no fence) and the consumer polls the words themselves: a word
 // that carries this token's tag carries this token's value. No ordering is needed, only each word's atomicity.
