@@ -22,7 +22,10 @@ together (e.g. 'tagged_handoffs=1' makes the gate/up -> down hand-off through ta
 
 --tokens 32 also times 32-token launches (Monokernel.generate, as vLLM's bursts run) and reports their time per
 token: what a change at the token boundary (the LM head's argmax, the next token's first weights) moves. With
---trace as well, where each boundary of such a launch goes (timeline.token_boundaries).
+--trace as well, where each boundary of such a launch goes (timeline.token_boundaries). --sampling
+temperature,llama,qwen3,min-p times such launches drawing as vLLM's sampler does (SAMPLING_MODES: temperature alone,
+the Llama 3.x and Qwen3 generation configs, min-p; csrc/include/kog/burst_sampling.cuh), per token computed (a launch
+that defers a token ends there: its time is divided by the tokens it computed).
 """
 
 from __future__ import annotations
@@ -47,6 +50,13 @@ from kog_backend.monokernel.timeline import (  # noqa: E402
 )
 
 BS = 16
+# vLLM's sampling settings a sampled burst draws with (--sampling): name -> Monokernel.generate's filters.
+SAMPLING_MODES = {
+    "temperature": dict(temperature=0.6),
+    "llama": dict(temperature=0.6, top_p=0.9),
+    "qwen3": dict(temperature=0.6, top_k=20, top_p=0.95),
+    "min-p": dict(temperature=1.0, min_p=0.05),
+}
 
 
 def copy_bandwidth(dev, gib: float = 4.0, reps: int = 20) -> float:
@@ -85,7 +95,8 @@ def time_steps(fn, reps: int, warmup: int = 5) -> float:
 def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, variants: bool,
                 trace: bool = False, holds: tuple[tuple[int, int], ...] = (), single_ctx: int = 0,
                 prefetch: tuple[int, ...] = (), stall_prefetch: tuple[int, ...] = (),
-                inflight: tuple[int, ...] = (), sets: tuple[dict[str, int], ...] = (), tokens: int = 1) -> list[dict]:
+                inflight: tuple[int, ...] = (), sets: tuple[dict[str, int], ...] = (), tokens: int = 1,
+                sampling: tuple[str, ...] = ()) -> list[dict]:
     s = synthetic.make_shape(*synthetic.SHAPES[name], max_position=max(ctxs) + 64 + tokens)
     w = synthetic.random_decoder(s, dev, seed=1)
     max_ctx = max(ctxs)
@@ -112,6 +123,18 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
         positions, slots = inputs(ctx)
         return lambda: mk.generate(ids, positions, bt, slots, tokens)
 
+    def sampled_burst(ctx, mode):  # (launch, tokens it computes): the same seed and inputs every launch
+        positions, slots = inputs(ctx)
+        f = dict(SAMPLING_MODES[mode])
+        seed = torch.tensor([20261206], device=dev)
+        defer = torch.zeros(1, dtype=torch.int32, device=dev)
+        kw = dict(sample_seed=seed, **f)
+        if any(k in f for k in ("top_k", "top_p", "min_p")):
+            kw["defer_out"] = defer
+        launch = lambda: mk.generate(ids, positions, bt, slots, tokens, **kw)  # noqa: E731
+        _, count = launch()
+        return launch, int(count.item()) + int(defer.item())
+
     def record(variant, ctx, t, byt, weight_bytes):  # one table row; a wait that timed out is reported and reset
         rows.append(dict(shape=name, variant=variant, ctx=ctx, us=t * 1e6, gbs=byt / t / 1e9,
                          share=byt / t / 1e9 / copy_gbs, weight_gb=weight_bytes / 1e9,
@@ -127,6 +150,10 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
         if tokens > 1:  # per token of a K-token launch, as vLLM's bursts run it (the mean context is ctx + (K - 1) / 2)
             record(f"K={tokens}, per token", ctx, time_steps(burst(ctx), reps) / tokens,
                    wbytes + (ctx + (tokens - 1) / 2) * kv_row, wbytes)
+            for mode in sampling:
+                launch, done = sampled_burst(ctx, mode)
+                record(f"K={tokens} {mode}", ctx, time_steps(launch, reps) / done,
+                       wbytes + (ctx + (done - 1) / 2) * kv_row, wbytes)
     if trace:
         table, tl = mk.trace_table()
         torch.cuda.synchronize()
@@ -220,7 +247,13 @@ def main() -> int:
                     "(ModelArgs::max_inflight), timed as variants of every shape at the first ctx")
     ap.add_argument("--set", default="", help="semicolon-separated variants, each comma-separated ModelArgs "
                     "overrides (e.g. 'stage_end_copies=3;stage_end_copies=3,max_inflight=3'), timed at the first ctx")
+    ap.add_argument("--sampling", default="", help="with --tokens > 1: comma-separated SAMPLING_MODES ("
+                    + ", ".join(SAMPLING_MODES) + ") whose sampled launches are timed too")
     args = ap.parse_args()
+    sampling = tuple(m for m in args.sampling.split(",") if m)
+    unknown = [m for m in sampling if m not in SAMPLING_MODES]
+    if unknown:
+        ap.error(f"--sampling: unknown mode(s) {unknown}; known: {list(SAMPLING_MODES)}")
     dev = torch.device("cuda", 0)
     ctxs = [int(x) for x in args.ctx.split(",")]
     copy_gbs = copy_bandwidth(dev)
@@ -232,7 +265,7 @@ def main() -> int:
                                  holds=parse_holds(args.hold), single_ctx=args.single_ctx,
                                  prefetch=parse_ints(args.prefetch), stall_prefetch=parse_ints(args.stall_prefetch),
                                  inflight=parse_ints(args.inflight),
-                                 sets=parse_sets(args.set), tokens=args.tokens)
+                                 sets=parse_sets(args.set), tokens=args.tokens, sampling=sampling)
         rows += shape_rows
         for r in shape_rows:
             print(f"  {r['shape']} {r['variant']} ctx {r['ctx']}: {r['us']:.1f} us", flush=True)
@@ -241,9 +274,9 @@ def main() -> int:
         with open(os.path.join(out, "bench_monokernel.json"), "w") as f:
             json.dump(dict(copy_gbs=copy_gbs, rows=rows), f, indent=1)
     print(f"\ncopy bandwidth {copy_gbs:.0f} GB/s")
-    print(f"{'shape':<14}{'variant':<22}{'ctx':>6}{'us/step':>10}{'floor us':>10}{'GB/s':>8}{'share':>8}")
+    print(f"{'shape':<14}{'variant':<24}{'ctx':>6}{'us/step':>10}{'floor us':>10}{'GB/s':>8}{'share':>8}")
     for r in rows:
-        print(f"{r['shape']:<14}{r['variant']:<22}{r['ctx']:>6}{r['us']:>10.1f}{r['floor_us']:>10.1f}{r['gbs']:>8.0f}{r['share']:>8.1%}")
+        print(f"{r['shape']:<14}{r['variant']:<24}{r['ctx']:>6}{r['us']:>10.1f}{r['floor_us']:>10.1f}{r['gbs']:>8.0f}{r['share']:>8.1%}")
     return 0
 
 

@@ -13,6 +13,7 @@
 
 #include "kog/args.cuh"
 #include "kog/attention.cuh"
+#include "kog/burst_sampling.cuh"
 #include "kog/config.cuh"
 #include "kog/monokernel.cuh"
 #include "kog/sync.cuh"
@@ -86,7 +87,8 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
                      int64_t head_dim, int64_t heads_per_pass, int64_t grid, int64_t smem_bytes,
                      const std::optional<at::Tensor>& sample_seed, double temperature, int64_t tp_size,
                      const std::optional<at::Tensor>& launch_gate, int64_t gate_min,
-                     const std::optional<at::Tensor>& cancel, int64_t cancel_id) {
+                     const std::optional<at::Tensor>& cancel, int64_t cancel_id, int64_t top_k, double top_p,
+                     double min_p, const std::optional<at::Tensor>& defer_out) {
   const at::Device dev = model_args.device();
   check_cuda(model_args, "model_args", dev);
   TORCH_CHECK(model_args.scalar_type() == at::kByte && model_args.numel() == sizeof(ModelArgs),
@@ -146,6 +148,27 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
     TORCH_CHECK(temperature > 0.0, "kog monokernel: a sampled launch needs temperature > 0, got ", temperature);
     step.sample_seed = sample_seed->data_ptr<int64_t>();
     step.temperature = static_cast<float>(temperature);
+  }
+  // vLLM's filters (SamplingStates' values, fp32 as vLLM holds them): burst_sampling.cuh.
+  const float p32 = static_cast<float>(top_p), mp32 = static_cast<float>(min_p);
+  TORCH_CHECK(top_k >= 0 && top_k < (int64_t{1} << 31), "kog monokernel: top_k ", top_k, " (0 = off)");
+  TORCH_CHECK(p32 > 0.f && p32 <= 1.f, "kog monokernel: top_p ", top_p, " outside (0, 1]");
+  TORCH_CHECK(mp32 >= 0.f && mp32 <= 1.f, "kog monokernel: min_p ", min_p, " outside [0, 1]");
+  const bool filtered = top_k > 0 || p32 < 1.f || mp32 > 0.f;
+  if (filtered) {
+    TORCH_CHECK(step.sample_seed != nullptr, "kog monokernel: top-k / top-p / min-p need a sampled launch (sample_seed)");
+    TORCH_CHECK(tp_size == 1, "kog monokernel: top-k / top-p / min-p bursts need tp_size 1");
+    TORCH_CHECK(defer_out.has_value(), "kog monokernel: a launch with top-k / top-p / min-p needs defer_out");
+    check_cuda(*defer_out, "defer_out", dev);
+    TORCH_CHECK(defer_out->scalar_type() == at::kInt && defer_out->numel() >= 1,
+                "kog monokernel: defer_out must be int32 [1]");
+    step.top_k = static_cast<int32_t>(top_k);
+    step.top_p = p32;
+    step.min_p = mp32;
+    step.filtered = 1;
+    step.defer_out = defer_out->data_ptr<int32_t>();
+  } else {
+    step.top_p = 1.f;
   }
   if (stop_ids.has_value() && stop_ids->numel() > 0) {
     check_cuda(*stop_ids, "stop_ids", dev);
@@ -213,6 +236,7 @@ std::vector<int64_t> monokernel_layout() {
   KOG_OFF(ModelArgs, act_tagged);
   KOG_OFF(ModelArgs, trace); KOG_OFF(ModelArgs, tp_size); KOG_OFF(ModelArgs, tp_rank); KOG_OFF(ModelArgs, vocab_start);
   KOG_OFF(ModelArgs, tp_parts); KOG_OFF(ModelArgs, tp_keys); KOG_OFF(ModelArgs, tp_delta);
+  KOG_OFF(ModelArgs, sample_work);
   KOG_OFF(LayerArgs, input_norm); KOG_OFF(LayerArgs, qkv); KOG_OFF(LayerArgs, q_norm); KOG_OFF(LayerArgs, k_norm);
   KOG_OFF(LayerArgs, o_proj); KOG_OFF(LayerArgs, post_norm); KOG_OFF(LayerArgs, gate_up); KOG_OFF(LayerArgs, down);
   KOG_OFF(LayerArgs, k_cache); KOG_OFF(LayerArgs, v_cache); KOG_OFF(LayerArgs, qkv_out); KOG_OFF(LayerArgs, q_out);
@@ -235,7 +259,8 @@ std::vector<int64_t> monokernel_config() {
           C::kHandoffQueue,  C::kAttnSingleCtx,  C::kStallPrefetchChunks,
           C::kTaggedHandoffs, C::kTaggedBatch,     C::kTaggedBuild,  C::kMaxInflight,
           C::kAttnShortLen,
-          tagged_layer_words(8192, 32, 8, 64), tagged_layer_words(6144, 16, 8, 128)};
+          tagged_layer_words(8192, 32, 8, 64), tagged_layer_words(6144, 16, 8, 128),
+          burst::BurstSamplingConfig::kGridBytes, burst::smem_bytes(0), kCtrSampleArrive};
 }
 
 }  // namespace kog

@@ -21,7 +21,8 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
                      int64_t head_dim, int64_t heads_per_pass, int64_t grid, int64_t smem_bytes,
                      const std::optional<at::Tensor>& sample_seed, double temperature, int64_t tp_size,
                      const std::optional<at::Tensor>& launch_gate, int64_t gate_min,
-                     const std::optional<at::Tensor>& cancel, int64_t cancel_id);
+                     const std::optional<at::Tensor>& cancel, int64_t cancel_id, int64_t top_k, double top_p,
+                     double min_p, const std::optional<at::Tensor>& defer_out);
 std::vector<int64_t> monokernel_layout();
 std::vector<int64_t> monokernel_config();
 

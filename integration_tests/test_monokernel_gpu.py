@@ -428,6 +428,120 @@ def test_sampled_burst_matches_vllm_sampler(temperature):
     assert len(draws) > 1, "four seeds drew the same six tokens"
 
 
+# vLLM's filters as real checkpoints' generation configs set them, and their combinations.
+FILTERS = [
+    dict(temperature=0.6, top_p=0.9),  # Llama 3.x
+    dict(temperature=0.6, top_k=20, top_p=0.95),  # Qwen3
+    dict(temperature=1.0, min_p=0.05),
+    dict(temperature=0.8, top_k=50),
+    dict(temperature=0.7, top_k=40, top_p=0.8, min_p=0.02),
+    dict(temperature=0.25, top_p=0.5),
+]
+
+
+def _filtered_launches(w, caches, mk, filters, seeds, k=8, ctx=41):
+    """K = k filtered launches (one per seed) from one context, a greedy launch between them; per launch (tokens,
+    count, deferred, logits [k, V], position of the first input)."""
+    pos, slot, bt = _prepare(w, caches, ctx, 23)
+    init = [c.clone() for c in caches]
+    v = w.shape.vocab_size
+    ids, positions, slots = torch.tensor([321], device=DEV), torch.tensor([pos], device=DEV), torch.tensor([slot], device=DEV)
+    out = []
+    for seed in seeds:
+        for c, c0 in zip(caches, init):
+            c.copy_(c0)
+        mk.generate(ids, positions, bt, slots, 3)  # a greedy launch between filtered ones (counters, buffers)
+        for c, c0 in zip(caches, init):
+            c.copy_(c0)
+        logits = torch.full((k, v), float("nan"), dtype=torch.bfloat16, device=DEV)
+        defer = torch.zeros(1, dtype=torch.int32, device=DEV)
+        tokens, count = mk.generate(ids, positions, bt, slots, k, logits_out=logits,
+                                    sample_seed=torch.tensor([seed], device=DEV), defer_out=defer, **filters)
+        torch.cuda.synchronize()
+        out.append((tokens.tolist(), int(count.item()), int(defer.item()), logits, pos))
+    diag = mk.diagnostics()
+    if diag is not None:
+        mk.reset_counters()
+        pytest.fail(f"kernel wait timed out: {diag}")
+    return out
+
+
+def _check_filtered(launches, filters, seeds, k):
+    """Every token a launch drew is vLLM's draw from that token's logits; a launch ends early only by deferring,
+    and where it defers the reference schedule (kog_backend.sampling.burst_token) defers too."""
+    from vllm_sampling import vllm_draw
+
+    from kog_backend.sampling import burst_token
+
+    errors, drawn, deferred, kernel_only = [], 0, 0, []
+    for seed, (tokens, n, d, logits, pos) in zip(seeds, launches):
+        if n + d < k and not d:
+            errors.append(f"seed {seed}: {n} tokens, no deferral, expected {k}")
+        for i in range(n):
+            want = vllm_draw(logits[i], seed=seed, position=pos + i, **filters)
+            if tokens[i] != want:
+                errors.append(f"seed {seed} token {i}: kernel drew {tokens[i]}, vLLM's sampler draws {want}")
+        drawn += n
+        if d:
+            deferred += 1
+            row = logits[n]
+            if not torch.isfinite(row.float()).all():
+                errors.append(f"seed {seed}: the deferred token's logits row {n} is not written")
+            elif burst_token(row, seed=seed, position=pos + n, **filters) is not None:
+                kernel_only.append((seed, n))
+    return errors, drawn, deferred, kernel_only
+
+
+@pytest.mark.parametrize("filters", FILTERS, ids=lambda f: "-".join(f"{k}{v}" for k, v in f.items()))
+def test_filtered_burst_matches_vllm_sampler(filters):
+    """Top-k / top-p / min-p inside a K = 8 launch (burst_sampling.cuh): each drawn token equals vLLM's sampler's
+    draw (its own Triton and torch kernels) from the kernel's logits of that token, with the same seed and
+    position; deferrals (the launch ends before a token vLLM's rounding decides) are rare and agree with the
+    reference schedule. Untied LM head: the tied random embedding makes the input token dominate."""
+    pytest.importorskip("vllm")
+    w, caches, mk = _model("llama", 64, 4, False)
+    assert mk.filtered_sampling_reason is None, mk.filtered_sampling_reason
+    seeds, k = (0, 12345, -7, 2**62 + 3, 99, 2024), 8
+    launches = _filtered_launches(w, caches, mk, filters, seeds, k)
+    errors, drawn, deferred, kernel_only = _check_filtered(launches, filters, seeds, k)
+    print(f"\n[{filters}] drawn {drawn}, deferred {deferred}, kernel-only deferrals {kernel_only}")
+    assert not errors, "\n".join(errors)
+    assert len(kernel_only) <= 1, kernel_only
+    assert drawn >= len(seeds) * k // 2, (drawn, deferred)
+    assert len({tuple(t[:2]) for t, *_ in launches}) > 1, "six seeds drew the same tokens"
+
+
+@pytest.mark.parametrize("ties,stride", [(41, 37), (41, 1), (80, 37)])
+def test_filtered_burst_split_level(ties, stride):
+    """A top level of `ties` equal logits (LM-head rows copied, `stride` columns apart): top-k 20 keeps all of them
+    (ties stay) and top-p 0.95 cuts inside the level, which vLLM splits by column. Up to 64 rows, at most
+    kSplitPerBlock (4) in any block, the kernel ranks them and draws exactly; 41 adjacent columns put a chunk's 8
+    rows in one block, and 80 rows exceed 64: the kernel defers the token (the logits row for vLLM's sampler is
+    there)."""
+    pytest.importorskip("vllm")
+    w, caches, mk = _model("llama", 64, 4, False)
+    rows = torch.arange(1000, 1000 + ties * stride, stride, device=DEV)
+    saved = w.lm_head[rows].clone()
+    filters = dict(temperature=0.6, top_k=20, top_p=0.95)
+    seeds, k = (1, 2, 3, 4), 4
+    try:
+        # the first token's greedy winner, scaled up: one dominant value in `ties` columns
+        first = _filtered_launches(w, caches, mk, {"temperature": 1.0, "min_p": 1e-9}, seeds[:1], 1)[0][3][0]
+        w.lm_head[rows] = w.lm_head[int(first.float().argmax())] * 4
+        launches = _filtered_launches(w, caches, mk, filters, seeds, k)
+    finally:
+        w.lm_head[rows] = saved
+    errors, drawn, deferred, kernel_only = _check_filtered(launches, filters, seeds, k)
+    print(f"\n[ties {ties} stride {stride}] drawn {drawn}, deferred {deferred}, kernel-only {kernel_only}")
+    assert not errors, "\n".join(errors)
+    top = [int(l[0].float().argmax()) for _, _, _, l, _ in launches]
+    assert all(int(t) in rows.tolist() for t in top), f"the copied rows are not the top level: {top}"
+    if ties <= 64 and stride > 8:
+        assert drawn >= len(seeds) * k // 2 and not kernel_only, (drawn, deferred, kernel_only)
+    else:
+        assert deferred >= 1, f"{ties} tied rows, {stride} apart, at the cut must defer"
+
+
 def test_bad_inputs_raise_clear_errors():
     w, caches, mk = _model("llama", 64, 4, True)
     bt = torch.zeros(8, dtype=torch.int32, device=DEV)

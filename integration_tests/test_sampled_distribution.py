@@ -1,5 +1,5 @@
-"""Sampled decoding on the kog path follows stock's token distribution (temperature 0.8, top-p 0.9, on the
-small-vocabulary tiny-llama checkpoint), as a stated statistical test.
+"""Sampled decoding on the kog path follows stock's token distribution (temperature, top-k, top-p, min-p as real
+generation configs set them, on the small-vocabulary tiny-llama checkpoint), as a stated statistical test.
 
 Stock and kog (tokens_per_step 16 with the KogScheduler: the production multi-token setting) each answer N single
 requests one at a time, so every kog decode step runs on the kog path: with top-p, one token per step with vLLM's
@@ -38,10 +38,14 @@ def _pooled(llm, prompt, sp) -> list[int]:
 @pytest.mark.parametrize(
     "case,sampling,options",
     [
-        # top-p: one token per kog step, vLLM's sampler on kog's logits
+        # top-p: with the torch step one token per kog step, vLLM's sampler on kog's logits; with the monokernel
+        # in bursts (KOG_TEST_IMPL=monokernel)
         ("top-p", dict(temperature=0.8, top_p=0.9), {"step_impl": IMPL}),
-        # temperature only, sampled bursts: the monokernel draws the tokens itself (16 per step)
+        # sampled bursts: the monokernel draws the tokens itself (16 per step), vLLM's sampler the few it defers
         ("bursts", dict(temperature=0.8), {"step_impl": "monokernel", "sampled_bursts": True}),
+        ("bursts-llama", dict(temperature=0.6, top_p=0.9), {"step_impl": "monokernel"}),
+        ("bursts-qwen3", dict(temperature=0.6, top_k=20, top_p=0.95), {"step_impl": "monokernel"}),
+        ("bursts-min-p", dict(temperature=1.0, min_p=0.05), {"step_impl": "monokernel"}),
     ],
 )
 def test_sampled_tokens_follow_stock_distribution(checkpoint, case, sampling, options):
@@ -51,8 +55,8 @@ def test_sampled_tokens_follow_stock_distribution(checkpoint, case, sampling, op
     prompt = random_prompts(1, [16], 4000, seed=9)[0]
     sp = SamplingParams(max_tokens=T, ignore_eos=True, **sampling)
     # Different engine seeds: with vLLM's default (seed 0 on both) the two engines start from the same generator
-    # state, the pools are correlated and chi-square reads far below its degrees of freedom (seen 2026-12-02:
-    # chi2 34 on 592 df), which makes the test weaker than it states.
+    # state, the pools are correlated and chi-square reads far below its degrees of freedom (seen once: chi2 34 on
+    # 592 df), which makes the test weaker than it states.
     stock = LLM(model=path, **engine_kwargs(seed=101, **SMALL))
     want = _pooled(stock, prompt, sp)
     kog = LLM(
@@ -67,6 +71,8 @@ def test_sampled_tokens_follow_stock_distribution(checkpoint, case, sampling, op
     assert tokens >= N * (T - 1), (before, after)
     if case == "bursts":
         assert steps == N, (steps, tokens)  # one kog step per request: all T - 1 decode tokens in one launch
+    elif case.startswith("bursts"):  # a deferred token ends a launch early: rarely a second step
+        assert N <= steps <= 1.1 * N, (steps, tokens)
     assert len(got) == len(want) == N * (T - 1)
     stat, df, p = chi2_homogeneity(got, want)
     print(f"\n[{case} {options}] chi2={stat:.1f} df={df} p={p:.3g} kog steps={steps} tokens={tokens}")

@@ -31,24 +31,23 @@ class KogConfig:
     step_impl: str = "auto"
     # Tokens generated per engine step on the kog path (K). K > 1 needs KogScheduler and synchronous scheduling
     # (`--backend kog` sets both); where they are missing, the default runs 1 token per step (logged at info level)
-    # and an explicit K > 1 is a warning. 32, from `kog bench` on the H200 (benchmarks/NOTES.md, 2026-12-03, one
-    # machine, Llama-3.2-1B shape): K = 16 / 32 / 64 / 128 gave 1,076 / 1,119 / 1,147 / 1,161 tok/s; 32 keeps 96%
-    # of K = 128's speed while a streaming client's bursts, and a second request's wait, stay near 30 ms.
+    # and an explicit K > 1 is a warning. 32, from `kog bench` on the H200 (docs/tuning.md, Llama-3.2-1B shape):
+    # K = 16 / 32 / 64 / 128 gave 1,076 / 1,119 / 1,147 / 1,161 tok/s; 32 keeps 96% of K = 128's speed while a
+    # streaming client's bursts, and a second request's wait, stay near 30 ms.
     tokens_per_step: int = DEFAULT_TOKENS_PER_STEP
-    # With K > 1 and the monokernel: also burst requests that sample with a temperature and no top-k, top-p or
-    # min-p (the kernel draws vLLM's Gumbel-max tokens itself, keyed like vLLM's sampler). Verified on the H200
-    # 2026-12-02: the kernel's draws equal vLLM's sampler's bit for bit on the kernel's logits
-    # (test_monokernel_gpu.py::test_sampled_burst_matches_vllm_sampler), and kog's sampled tokens pass a
-    # chi-square test against stock's (test_sampled_distribution.py, p = 0.95). False: such requests run the
-    # kog path one token per step with vLLM's own sampler.
+    # With K > 1 and the monokernel: also burst requests that sample, with temperature, top-k, top-p and min-p as
+    # vLLM's SamplingStates holds them (the kernel draws vLLM's Gumbel-max tokens itself, keyed like vLLM's
+    # sampler; csrc/include/kog/burst_sampling.cuh, and vLLM's sampler draws the few tokens the kernel defers).
+    # Checked by test_monokernel_gpu.py (each drawn token equals vLLM's sampler's draw from the kernel's logits),
+    # test_sampled_bursts.py (seeded requests: K = 32 gives K = 1's tokens) and test_sampled_distribution.py
+    # (chi-square against stock). False: such requests run the kog path one token per step with vLLM's sampler.
     sampled_bursts: bool = True
     # With K > 1 and the monokernel on one GPU: queue each burst's successor on the GPU right behind it, before vLLM
     # asks for it, so the GPU does not idle while the engine handles a step (kog_backend/run_ahead.py); a step that
     # turns out different (a second request, a stop string, a fallback) abandons it within one token. Measured on
-    # the H200 (2026-12-03, kog bench K = 32, Llama-3.2-1B shape; benchmarks/NOTES.md, seventh and eighth sessions):
-    # 1,269.5 tok/s with it against stock's 600.2 in the same run (without it: ~1,126 tok/s, a ~2.5 ms GPU gap per
-    # burst). On by default: every test of test_run_ahead.py passed (sixth and seventh sessions), and
-    # test_multi_token.py and test_sampled_distribution.py (monokernel) and test_serve.py with it on (eighth).
+    # the H200 (docs/tuning.md `run_ahead`; kog bench K = 32, Llama-3.2-1B shape): 1,269.5 tok/s with it against
+    # stock's 600.2 in the same run (without it: ~1,126 tok/s, a ~2.5 ms GPU gap per burst). On by default:
+    # test_run_ahead.py, test_multi_token.py, test_sampled_distribution.py and test_serve.py pass with it.
     run_ahead: bool = True
     # Diagnosis: time each kog step on the host and each launch on the GPU (kog_backend/step_timeline.py); the last
     # request's medians appear in `kog stats --json` and `kog bench`. Costs one stream synchronisation per request.

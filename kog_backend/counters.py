@@ -34,6 +34,8 @@ class StepCounters:
         self.kog_steps = 0
         self.kog_tokens = 0
         self.fallbacks: Counter[str] = Counter()
+        # kog steps of one token (vLLM's sampler on the kernel's logits) that a K-token burst could not take, by reason
+        self.single_token: Counter[str] = Counter()
         self.run_ahead_used = 0  # bursts launched ahead (kog_backend/run_ahead.py) that vLLM's next step took
         self.run_ahead_abandoned = 0  # ... that it did not (cancelled on the GPU)
         self.timeline: dict[str, float] | None = None  # the last request's step timeline (kog option step_timeline)
@@ -48,6 +50,13 @@ class StepCounters:
     def record_kog(self, num_tokens: int = 1) -> None:
         self.kog_steps += 1
         self.kog_tokens += num_tokens
+        self._touch()
+
+    def record_single_token(self, reason: str) -> None:
+        if reason not in self.single_token:
+            logger.info("kog: a kog step runs one token, not a burst: %s (logged once; counted in `kog stats`)",
+                        reason)
+        self.single_token[reason] += 1
         self._touch()
 
     def record_run_ahead(self, used: bool) -> None:
@@ -83,6 +92,7 @@ class StepCounters:
             "kog_tokens": self.kog_tokens,
             "fallback_steps": sum(self.fallbacks.values()),
             "fallbacks": dict(self.fallbacks.most_common()),
+            "single_token_steps": dict(self.single_token.most_common()),
             "run_ahead_used": self.run_ahead_used,
             "run_ahead_abandoned": self.run_ahead_abandoned,
             "disabled_reason": self.disabled_reason,

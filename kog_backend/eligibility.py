@@ -11,8 +11,13 @@ All TP ranks see the same SchedulerOutput and config, so they take the same deci
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
+
+GREEDY_TEMPERATURE = 1e-5  # vLLM's SamplingParams: temperature below this is greedy
 
 # Reasons a request can never take the kog path. Keys are the SamplingParams fields; `kog doctor` lists them.
 REQUEST_FEATURES = {
@@ -28,15 +33,25 @@ REQUEST_FEATURES = {
     "pooling": "pooling request",
 }
 
-# Everything else a request may ask for runs on the kog path: greedy, temperature, top-k, top-p, min-p and seeds
-# are applied by vLLM's own sampler to the kog path's logits; EOS, stop ids, stop strings, max_tokens stay
-# vLLM's (scheduler and detokenizer).
+# Everything else a request may ask for runs on the kog path, K tokens per engine step: greedy, and temperature with
+# top-k, top-p and min-p, seeded or not, drawn inside the monokernel exactly as vLLM's sampler draws them
+# (csrc/include/kog/burst_sampling.cuh; a token whose draw depends on vLLM's own rounding is drawn by vLLM's
+# sampler on the kernel's logits); EOS, stop ids, stop strings, max_tokens stay vLLM's (scheduler and detokenizer).
 KOG_PATH_FEATURES = (
     "greedy",
-    "temperature / top-k / top-p / min-p (vLLM's sampler on kog logits)",
+    "temperature / top-k / top-p / min-p (in K-token bursts, vLLM's draws)",
     "seed",
     "stop, stop_token_ids, ignore_eos, max_tokens",
 )
+
+# Reasons a request that runs on the kog path does so one token per engine step (vLLM's sampler on the kernel's
+# logits) instead of in K-token bursts. Counted per step like the stock reasons.
+BURST_REASONS = {
+    "option": "sampled bursts off (kog option sampled_bursts)",
+    "fp64_gumbel": "vLLM draws with fp64 Gumbel noise (the kernel draws vLLM's fp32 noise)",
+    "no_monokernel": "sampled bursts need the monokernel",
+    "filters": "top-k/top-p/min-p bursts unavailable",  # + the monokernel's reason
+}
 
 # Reasons a single step runs stock (the request itself may be eligible). Values are the counted reasons.
 STEP_REASONS = {
@@ -138,3 +153,42 @@ def server_unsupported_reason(vllm_config: Any) -> str | None:
     if cache_dtype not in ("auto", "bfloat16"):
         return f"{SERVER_FEATURES['kv_cache_dtype']} ({cache_dtype})"
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class BurstSampling:
+    """A sampled request's draw as vLLM's SamplingStates holds it (fp32 values; top_k 0 = off, top_p 1 = off)."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+    min_p: float
+
+    @property
+    def filtered(self) -> bool:
+        return self.top_k > 0 or self.top_p < 1.0 or self.min_p > 0.0
+
+    def draw_kwargs(self, device: Any) -> dict[str, Any]:
+        """Monokernel.generate's arguments for this draw; a filtered draw gets a fresh zeroed defer_out."""
+        kw: dict[str, Any] = {"temperature": self.temperature}
+        if self.filtered:
+            import torch
+
+            kw.update(top_k=self.top_k, top_p=self.top_p, min_p=self.min_p,
+                      defer_out=torch.zeros(1, dtype=torch.int32, device=device))
+        return kw
+
+
+def burst_sampling(sampling_params: Any, vocab_size: int) -> BurstSampling | None:
+    """The draw a sampled burst reproduces for this request, normalised as vLLM 0.26's SamplingStates does
+    (top_k <= 0 or >= vocab_size: off; fp32 temperature, top_p, min_p), or None for greedy requests. Everything
+    the request may ask for beyond these (penalties, bias, ...) is refused earlier by request_unsupported_reason."""
+    sp = sampling_params
+    if sp is None or sp.temperature < GREEDY_TEMPERATURE:
+        return None
+    f32 = lambda v: float(np.float32(v))  # noqa: E731
+    top_k = int(sp.top_k or 0)
+    top_k = 0 if top_k <= 0 or top_k >= vocab_size else top_k
+    top_p = f32(sp.top_p)
+    return BurstSampling(f32(sp.temperature), top_k, 1.0 if top_p == 1.0 else top_p, f32(sp.min_p))
+

@@ -1,7 +1,7 @@
 """Run-ahead bursts: the next burst of a request decoding alone starts on the GPU before vLLM asks for it.
 
 With K tokens per engine step the GPU still idles while vLLM's engine turns a burst into outputs and schedules
-the next step (1.3-1.5 ms per step on the H200, benchmarks/NOTES.md): ~45 us per token at K = 32, 6% of the
+the next step (1.3-1.5 ms per step on the H200, docs/tuning.md `tokens_per_step`): ~45 us per token at K = 32, 6% of the
 Llama-3.2-1B step. So right after a burst's launch (and after vLLM has queued the copy of its tokens to the host),
 the runner queues the burst after it on the same stream: its input is the burst's last token, its positions the
 K after the burst's, its KV slots the second K of the 2K - 1 look-ahead slots KogScheduler reserves, and it
@@ -23,6 +23,7 @@ ahead or on time (the kernel keys sampling by seed and position).
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import torch
 
@@ -42,6 +43,8 @@ class RunAheadBurst:
     launch_id: int
     tokens: torch.Tensor  # int64 [num_tokens], GPU
     count: torch.Tensor  # int32 [1], GPU: 0 when its gate stayed closed
+    positions: torch.Tensor  # int64 [1], GPU: the position of its first input token
+    defer: torch.Tensor | None = None  # int32 [1], GPU: a top-k/top-p/min-p draw left to vLLM's sampler (generate)
 
 
 @dataclasses.dataclass
@@ -57,7 +60,7 @@ class PlannedLaunch:
     gate_min: int  # the current burst's length
     stop_ids: torch.Tensor
     sample_seed: torch.Tensor | None
-    temperature: float
+    sampling: Any = None  # eligibility.BurstSampling of a sampled request (None: greedy)
 
 
 def next_burst_key(key: BurstKey, next_len: int) -> BurstKey | None:
@@ -118,12 +121,13 @@ class RunAhead:
         if p is None:
             return
         self._last_id += 1
+        draw = p.sampling.draw_kwargs(p.positions.device) if p.sampling is not None else {}
         tokens, count = mk.generate(
             p.input_ids, p.positions, p.block_table, p.slot_mapping, p.key.num_tokens, stop_ids=p.stop_ids,
-            sample_seed=p.sample_seed, temperature=p.temperature, launch_gate=p.gate, gate_min=p.gate_min,
-            cancel=self.cancel_word, cancel_id=self._last_id,
+            sample_seed=p.sample_seed, launch_gate=p.gate, gate_min=p.gate_min,
+            cancel=self.cancel_word, cancel_id=self._last_id, **draw,
         )  # fmt: skip
-        self.pending = RunAheadBurst(p.key, self._last_id, tokens, count)
+        self.pending = RunAheadBurst(p.key, self._last_id, tokens, count, p.positions, draw.get("defer_out"))
 
     def _cancel(self, burst: RunAheadBurst) -> None:
         self.cancel_word[0] = burst.launch_id  # read by the running kernel; ids only grow

@@ -6,8 +6,11 @@ the stock bookkeeping (request states, block tables, `prepare_inputs`, `prepare_
 stock path fills), then the kog step, which reads vLLM's weights and writes this position's K/V into vLLM's paged
 cache itself, and hands vLLM a final hidden state (or, with the monokernel, its logits); `sample_tokens` then runs
 stock (vLLM's sampler, async output copy, `postprocess_sampled`), so the scheduler, detokenizer and stop handling
-see an ordinary step. With tokens_per_step K > 1 and a greedy request, one kog step generates up to K tokens and
-`sample` hands them to vLLM as one step's output (KogScheduler reserved their KV slots and accounts for them).
+see an ordinary step. With tokens_per_step K > 1, one kog step generates up to K tokens and `sample` hands them
+to vLLM as one step's output (KogScheduler reserved their KV slots and accounts for them): greedy, or sampled as
+vLLM's sampler draws (temperature, top-k, top-p, min-p; csrc/include/kog/burst_sampling.cuh), where the kernel
+leaves a token whose draw hinges on vLLM's own fp32 rounding to vLLM's sampler, run on that token's logits right
+behind the launch (`_kog_draw_deferred`).
 """
 
 from __future__ import annotations
@@ -28,20 +31,20 @@ from vllm.v1.worker.gpu.sample.output import SamplerOutput
 from kog_backend import eligibility, model_spec, torch_step
 from kog_backend.config import KogConfig
 from kog_backend.counters import StepCounters, state_dir
+from kog_backend.eligibility import BURST_REASONS, GREEDY_TEMPERATURE, BurstSampling
 from kog_backend.run_ahead import BurstKey, PlannedLaunch, RunAhead, blocks_needed, next_burst_key
 from kog_backend.step_timeline import StepTimeline
 
 logger = init_logger("kog_backend.runner")
 
 _ONE_TOKEN = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=1, num_reqs=1)
-_GREEDY_TEMPERATURE = 1e-5  # vLLM's SamplingParams: temperature below this is greedy
 
 
 @dataclasses.dataclass(frozen=True)
 class _KogRequest:
     reason: str | None  # why this request never takes the kog path, or None
     greedy: bool
-    burst_temperature: float | None  # sampled_burst_temperature(sp): the monokernel may sample its bursts itself
+    sampling: BurstSampling | None  # a sampled request's draw as vLLM holds it (eligibility.burst_sampling)
     prompt_len: int
     max_tokens: int
     stop_ids: tuple[int, ...]  # EOS (unless ignore_eos) and stop_token_ids: the monokernel ends a burst there
@@ -55,16 +58,6 @@ def _stop_ids(sp: Any) -> tuple[int, ...]:
     if not sp.ignore_eos and sp.eos_token_id is not None:
         ids.add(sp.eos_token_id)
     return tuple(sorted(ids))
-
-
-def sampled_burst_temperature(sp: Any) -> float | None:
-    """The temperature of a request whose tokens the monokernel can draw itself in a burst: temperature sampling
-    with no top-k, top-p or min-p (those need the whole row sorted). None for greedy and every other request."""
-    if sp is None or sp.temperature < _GREEDY_TEMPERATURE:
-        return None
-    if (sp.top_k or 0) > 0 or sp.top_p < 1.0 or sp.min_p > 0.0:
-        return None
-    return float(sp.temperature)
 
 
 def burst_length(tokens_per_step: int, position: int, prompt_len: int, max_tokens: int, max_model_len: int) -> int:
@@ -186,8 +179,8 @@ class KogModelRunner(GPUModelRunnerV2):
     def _kog_select_impl(self) -> str | None:
         """'torch' or 'monokernel'. `auto` and `monokernel` select the monokernel and turn kog off, with the
         reason, where it cannot run (the requests are then served stock: the torch step is slower than stock, so
-        it runs only when asked for with `torch`). The monokernel's parity with stock inside vLLM was shown on the
-        H200 on 2026-12-02 (teacher forcing, multi-token, sampled bursts: benchmarks/NOTES.md)."""
+        it runs only when asked for with `torch`). The monokernel's parity with stock inside vLLM is what
+        integration_tests/ checks (teacher forcing, multi-token, sampled bursts; figures in README.md)."""
         if self.kog_config.step_impl == "torch":
             return "torch"
         from kog_backend import ops
@@ -253,8 +246,8 @@ class KogModelRunner(GPUModelRunnerV2):
             sp = new.sampling_params
             self._kog_requests[new.req_id] = _KogRequest(
                 reason=eligibility.request_unsupported_reason(sp, new.lora_request, new.pooling_params),
-                greedy=sp is not None and sp.temperature < _GREEDY_TEMPERATURE,
-                burst_temperature=sampled_burst_temperature(sp),
+                greedy=sp is not None and sp.temperature < GREEDY_TEMPERATURE,
+                sampling=eligibility.burst_sampling(sp, self.model_config.get_vocab_size()),
                 prompt_len=len(new.prompt_token_ids or ()),
                 max_tokens=(sp.max_tokens if sp is not None and sp.max_tokens is not None else 1),
                 stop_ids=_stop_ids(sp),
@@ -320,10 +313,14 @@ class KogModelRunner(GPUModelRunnerV2):
         request = self._kog_requests[input_batch.req_ids[0]]
         position = int(input_batch.num_computed_tokens_np[0])
         k = 1
-        if self._kog_tokens_per_step > 1 and (request.greedy or self._kog_samples_bursts(request)):
-            k = burst_length(
-                self._kog_tokens_per_step, position, request.prompt_len, request.max_tokens, self.max_model_len
-            )
+        if self._kog_tokens_per_step > 1:
+            single = self._kog_burst_reason(request)
+            if single is None:
+                k = burst_length(
+                    self._kog_tokens_per_step, position, request.prompt_len, request.max_tokens, self.max_model_len
+                )
+            else:
+                self.kog_counters.record_single_token(single)
         hidden = None
         if self._kog_mk is not None:
             hidden, k = self._kog_try_monokernel(input_batch, block_table, slot_mappings[0][:1], request, k)
@@ -344,15 +341,23 @@ class KogModelRunner(GPUModelRunnerV2):
         self.kog_counters.record_kog(k)
         return None
 
-    def _kog_samples_bursts(self, request: _KogRequest) -> bool:
-        """A sampled request bursts only on the monokernel, with the sampled_bursts option on and vLLM's fp32
-        Gumbel noise (the kernel does not implement use_fp64_gumbel)."""
-        return (
-            self.kog_config.sampled_bursts
-            and self._kog_mk is not None
-            and request.burst_temperature is not None
-            and not getattr(self.sampler, "use_fp64_gumbel", False)
-        )
+    def _kog_burst_reason(self, request: _KogRequest) -> str | None:
+        """None when this request's kog step may generate K tokens, else why it runs one (eligibility.BURST_REASONS).
+        Greedy requests always may; a sampled one on the monokernel, with the sampled_bursts option on, vLLM's fp32
+        Gumbel noise, and (for top-k / top-p / min-p) a kernel that can draw them (one GPU, shared memory)."""
+        if request.greedy:
+            return None
+        if not self.kog_config.sampled_bursts:
+            return BURST_REASONS["option"]
+        if self._kog_mk is None:
+            return BURST_REASONS["no_monokernel"]
+        if getattr(self.sampler, "use_fp64_gumbel", False):
+            return BURST_REASONS["fp64_gumbel"]
+        if request.sampling is not None and request.sampling.filtered:
+            reason = self._kog_mk.filtered_sampling_reason
+            if reason is not None:
+                return f"{BURST_REASONS['filters']}: {reason}"
+        return None
 
     def _kog_torch_burst(
         self, input_batch: Any, block_table: torch.Tensor, slot: torch.Tensor, k: int
@@ -399,9 +404,9 @@ class KogModelRunner(GPUModelRunnerV2):
         self, input_batch: Any, block_table: torch.Tensor, slot_mapping: torch.Tensor, request: _KogRequest, k: int
     ) -> torch.Tensor:
         """One launch. k == 1: the kernel writes the logits and vLLM's sampler picks the token in sample_tokens
-        (exact vLLM semantics for every sampling setting). k > 1 (greedy, or temperature-only sampling with the
-        sampled_bursts option): the kernel generates up to k tokens,
-        ending early after a stop id; `sample` hands them to vLLM."""
+        (exact vLLM semantics for every sampling setting). k > 1 (greedy, or sampled with the sampled_bursts option):
+        the kernel generates up to k tokens, ending early after a stop id or before a token it leaves to vLLM's
+        sampler (drawn here, _kog_draw_deferred); `sample` hands them to vLLM."""
         mk = self._kog_mk
         input_ids, positions = input_batch.input_ids[:1], input_batch.positions[:1]
         if k == 1:
@@ -421,29 +426,50 @@ class KogModelRunner(GPUModelRunnerV2):
             if stop is None:
                 stop = torch.tensor(request.stop_ids or (-1,), dtype=torch.int64, device=self.device)
                 self._kog_stop_tensors[request.stop_ids] = stop
-            seed, temperature = None, 0.0
-            if not request.greedy:  # _kog_samples_bursts: the request's seed as vLLM's sampler holds it
+            seed, sampling = None, None
+            if not request.greedy:  # _kog_burst_reason: the request's seed as vLLM's sampler holds it
                 seed = self.sampler.sampling_states.seeds.gpu[input_batch.idx_mapping[:1].long()]
-                temperature = request.burst_temperature
+                sampling = request.sampling
             key = BurstKey(input_batch.req_ids[0], int(input_batch.num_computed_tokens_np[0]), k)
             ahead = self._kog_run_ahead.take(key) if self._kog_run_ahead is not None else None
             if ahead is not None:
-                tokens, count = ahead.tokens, ahead.count
+                tokens, count, defer = ahead.tokens, ahead.count, ahead.defer
             else:
+                draw = sampling.draw_kwargs(self.device) if sampling is not None else {}
+                defer = draw.get("defer_out")
                 with self._kog_launch_timed():
                     tokens, count = mk.generate(
-                        input_ids, positions, block_table, slot_mapping, k, stop_ids=stop, sample_seed=seed,
-                        temperature=temperature,
+                        input_ids, positions, block_table, slot_mapping, k, stop_ids=stop, sample_seed=seed, **draw
                     )
+            if defer is not None:
+                count = self._kog_draw_deferred(tokens, count, defer, positions, input_batch)
             self._kog_burst = (tokens.view(1, k), count, 1 - count)
             if self._kog_run_ahead is not None:
-                self._kog_plan_run_ahead(key, tokens, count, input_batch, block_table, request, stop, seed, temperature)
+                self._kog_plan_run_ahead(key, tokens, count, input_batch, block_table, request, stop, seed, sampling)
         # sample_tokens reads no hidden state on the kog path (no prompt logprobs, no speculator).
         return self._kog_mk_logits
 
+    def _kog_draw_deferred(
+        self, tokens: torch.Tensor, count: torch.Tensor, defer: torch.Tensor, positions: torch.Tensor, input_batch: Any
+    ) -> torch.Tensor:
+        """The token a filtered burst left to vLLM (defer[0] == 1: its launch ended before token `count`), drawn by
+        vLLM's own sampler from that token's logits (the kernel's logits scratch holds the last token it computed)
+        at that token's input position, and put in place: returns the burst's token count including it. Queued
+        right behind the launch, with no host synchronisation, whether or not the kernel deferred (its result is
+        then discarded): one sampler call per burst of K tokens."""
+        mk = self._kog_mk
+        k = tokens.numel()
+        drawn, _ = self.sampler.sample(
+            mk.logits_scratch.view(1, -1), input_batch.expanded_idx_mapping[:1], input_batch.idx_mapping_np[:1],
+            positions[:1] + count, input_batch.input_ids[:1], input_batch.expanded_local_pos[:1],
+        )  # fmt: skip
+        at = count.clamp(max=k - 1).long()
+        tokens.scatter_(0, at, torch.where(defer.bool(), drawn.view(1).to(tokens.dtype), tokens.gather(0, at)))
+        return count + defer
+
     def _kog_plan_run_ahead(
         self, key: BurstKey, tokens: torch.Tensor, count: torch.Tensor, input_batch: Any, block_table: torch.Tensor,
-        request: _KogRequest, stop: torch.Tensor, seed: torch.Tensor | None, temperature: float,
+        request: _KogRequest, stop: torch.Tensor, seed: torch.Tensor | None, sampling: BurstSampling | None,
     ) -> None:  # fmt: skip
         """Plans the burst after `key` (kog_backend.run_ahead), queued by sample_tokens. Only into KV slots this
         request holds: KogScheduler reserves 2K - 1 look-ahead slots while it runs alone, and a step scheduled
@@ -467,7 +493,7 @@ class KogModelRunner(GPUModelRunnerV2):
         slot = row[first : first + 1].long() * block_size + nxt.position % block_size
         self._kog_run_ahead.plan(PlannedLaunch(
             key=nxt, input_ids=tokens[k - 1 : k], positions=input_batch.positions[:1] + k, block_table=row,
-            slot_mapping=slot, gate=count, gate_min=k, stop_ids=stop, sample_seed=seed, temperature=temperature,
+            slot_mapping=slot, gate=count, gate_min=k, stop_ids=stop, sample_seed=seed, sampling=sampling,
         ))  # fmt: skip
 
     def sample_tokens(self, grammar_output: Any) -> Any:

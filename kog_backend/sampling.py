@@ -36,6 +36,7 @@ u in [2^-31, 1)). On CPU they are ATen's, which differ from numpy's (Triton's in
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -224,34 +225,155 @@ def bf16_order_key(x: torch.Tensor) -> torch.Tensor:
     return torch.where(u >= 0x8000, (~u) & 0xFFFF, u | 0x8000)
 
 
-def top_p_fp32_error_bound(vocab_size: int) -> float:
-    """A bound on |fp32 cumsum of torch's fp32 softmax - exact cumulative probability| that holds for any
-    summation order: (n - 1) u for the scan plus (n - 1) u + 8 u for the softmax's sum, exp and division."""
-    return (2 * vocab_size + 16) * 2.0**-24
+# ---------------------------------------------------------------- in-burst top-k / top-p / min-p (the kernel's schedule)
+LEVELS = 1 << 16  # bf16 order keys
+NO_LEVEL = LEVELS  # a cut above every level: no row is surely kept
+MAX_EXP_ARG = 700.0  # burst_sampling.cuh kMaxExpArg: exp(x) in fp64 must not overflow
 
 
-def top_p_token_or_defer(x: torch.Tensor, top_p: float, scores: torch.Tensor, eps: float | None = None) -> int | None:
-    """The proposed in-kernel top-p: vLLM's token, or None where it depends on torch's fp32 rounding.
+def level_values() -> torch.Tensor:
+    """fp32 value of every level (the inverse of bf16_order_key; level 0x8000 is +0, NaN levels stay NaN)."""
+    lv = torch.arange(LEVELS, dtype=torch.int64)
+    u = torch.where(lv >= 0x8000, lv & 0x7FFF, (~lv) & 0xFFFF)
+    return (u << 16).to(torch.int32).view(torch.float32)
 
-    x: the row top-p sees ([V], after temperature, min_p and top-k); scores: what the Gumbel argmax compares
-    (fp32(x) + noise, or fp32(x) for greedy). Exact cumulative masses (fp64) split the ascending (value, column)
-    order into surely masked (cum <= q - eps), surely kept (cum > q + eps, and the last position) and ambiguous,
-    with q = fp32(1 - p) as vLLM computes it. Masking only removes candidates, so if the best candidate among
-    kept and ambiguous is surely kept it is vLLM's token whatever vLLM decided for the ambiguous ones."""
-    v = x.shape[0]
-    eps = top_p_fp32_error_bound(v) if eps is None else eps
-    xd = x.to(torch.float64)
-    w = torch.exp(xd - xd.max())
-    order = x.sort(stable=True).indices  # the kernel gets the same masses from a histogram over bf16 keys
-    cum = torch.empty(v, dtype=torch.float64, device=x.device)
-    cum[order] = torch.cumsum(w[order], 0) / w.sum()
-    q = (1 - torch.tensor(top_p, dtype=torch.float32)).item()
-    sure_kept = cum > q + eps
-    sure_kept[order[-1]] = True
-    candidate = sure_kept | (cum > q - eps)
-    masked_scores = torch.where(candidate, scores, torch.full_like(scores, float("-inf")))
-    token, _, _ = block_argmax(masked_scores)
-    return token if bool(sure_kept[token]) else None
+
+def top_p_rho(survivors: int, span: float) -> float:
+    """burst_sampling.cuh top_p_rho: a bound on vLLM's relative fp32 error in a kept row's ascending cumulative
+    probability, for `survivors` nonzero softmax terms whose logits lie within `span` of the maximum."""
+    if not math.isfinite(span):  # a survivor at -inf (never from the LM head): the kernel's rho is inf too
+        return math.inf
+    return (2.0 * survivors + 2.0 * math.ceil(span) + 20.0) * 2.0**-24
+
+
+def _bf16_round_up(v: float) -> torch.Tensor:
+    """The smallest bf16 >= fp32 v (__float2bfloat16_ru)."""
+    f = torch.tensor([v], dtype=torch.float32)
+    b = f.to(torch.bfloat16)
+    if b.float().item() < f.item():
+        key = bf16_order_key(b) + 1
+        b = torch.tensor([level_values()[int(key)].item()], dtype=torch.float32).to(torch.bfloat16)
+    return b
+
+
+MAX_SPLIT = 64  # burst_sampling.cuh kMaxSplit: rows of a split level the kernel ranks
+
+
+@dataclass(frozen=True)
+class BurstCut:
+    """burst_sampling.cuh's Cut: vLLM keeps no row below level `cand` and every row at or above level `sure`
+    (NO_LEVEL: none for certain). `split` (or NO_LEVEL): the one level in [cand, sure), whose `n` rows vLLM keeps by
+    column: in ascending column order ranks 1..j_lo are masked for certain, j_lo + 1..j_hi undecided, the rest
+    kept for certain."""
+
+    cand: int
+    sure: int
+    split: int = NO_LEVEL
+    j_lo: int = 0
+    j_hi: int = 0
+    n: int = 0
+
+
+def burst_cut(x: torch.Tensor, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0) -> BurstCut:
+    """The cut burst_sampling.cuh's cutter finds for a row x ([V] bf16, after temperature) and vLLM's filters as
+    SamplingStates holds them (top_k 0 = off, top_p 1 = off).
+
+    From the count of columns per level: the top level M; min_p's lowest level (the smallest bf16 >= fp32(M) +
+    log(fp32(min_p)), vLLM's threshold); top-k's (the highest level with >= k rows at or above it); then, with
+    top-p, exact masses exp(x) per level over the survivors: a row whose exact ascending cumulative probability c
+    is <= q / (1 + rho) is masked by vLLM, > q / (1 - rho) kept (q = fp32(1 - p); rho: top_p_rho). cand is the
+    first level holding a row above the first bound, sure the first level whose lowest row is above the second
+    (else the next non-empty level); when only the level cand lies between them, its rows are ranked. (On the CPU,
+    whatever x's device.)"""
+    lv = bf16_order_key(x.cpu())
+    hist = torch.bincount(lv, minlength=LEVELS)
+    values = level_values()
+    top = int(lv.max())
+    m = float(values[top])
+    lo = 0
+    if min_p > 0.0:
+        thr = torch.tensor(m, dtype=torch.float32) + torch.log(torch.tensor(min_p, dtype=torch.float32))
+        lo = int(bf16_order_key(_bf16_round_up(float(thr)))[0])
+    if top_k > 0:
+        from_top = hist.flip(0).cumsum(0)
+        lo = max(lo, LEVELS - 1 - int((from_top >= top_k).nonzero()[0]))
+    if not torch.tensor(top_p, dtype=torch.float32).item() < 1.0:
+        return BurstCut(lo, lo)
+    if not m <= MAX_EXP_ARG:
+        return BurstCut(lo, NO_LEVEL)
+    n = hist[lo:].to(torch.float64)
+    e = torch.exp(values[lo:].to(torch.float64))
+    mass = torch.where(n > 0, n * e, torch.zeros_like(n))
+    z = float(mass.sum())
+    # The lowest survivor's value bounds vLLM's exp arguments: exact within lo's bin of 256 levels, else the
+    # start of the lowest non-empty bin above (a lower value: a larger, safe bound), as the kernel takes it.
+    b_lo = lo >> 8
+    in_bin = (n[: (b_lo + 1) * 256 - lo] > 0).nonzero()
+    if in_bin.numel():
+        lowest = lo + int(in_bin[0])
+    else:
+        lowest = (b_lo + 1) * 256 + int((hist[(b_lo + 1) * 256 :].view(-1, 256).sum(1) > 0).nonzero()[0]) * 256
+    rho = top_p_rho(int(n.sum()), m - float(values[lowest]))
+    if not (0.0 < z < math.inf) or not rho < 0.25:
+        return BurstCut(lo, NO_LEVEL)
+    q = (torch.tensor(1.0, dtype=torch.float32) - torch.tensor(top_p, dtype=torch.float32)).item()
+    t_lo, t_hi = q / (1.0 + rho) * z, q / (1.0 - rho) * z
+    end = torch.cumsum(mass, 0)
+    nonempty = n > 0
+    jc = int((nonempty & (end > t_lo)).nonzero()[0])
+    cand = lo + jc
+    above = (nonempty & (end > t_hi)).nonzero()
+    sure = NO_LEVEL
+    if above.numel():
+        j = int(above[0])
+        if float(end[j] - mass[j] + e[j]) > t_hi:
+            sure = lo + j
+        else:
+            nxt = nonempty[j + 1 :].nonzero()
+            sure = lo + j + 1 + int(nxt[0]) if nxt.numel() else NO_LEVEL
+    sure = max(sure, cand)
+    after = nonempty[jc + 1 :].nonzero()
+    next_level = lo + jc + 1 + int(after[0]) if after.numel() else NO_LEVEL
+    n_c = int(n[jc])
+    if cand < sure and next_level == sure and n_c <= MAX_SPLIT:
+        start, one = float(end[jc] - mass[jc]), float(e[jc])
+
+        def ranks_at_or_below(t: float) -> int:
+            return int(min(max(math.floor((t - start) / one), 0), n_c))
+
+        j_lo = ranks_at_or_below(t_lo)
+        return BurstCut(cand, sure, cand, j_lo, max(j_lo, ranks_at_or_below(t_hi)), n_c)
+    return BurstCut(cand, sure)
+
+
+def burst_token(
+    logits: torch.Tensor, *, temperature: float, seed: int, position: int, top_k: int = 0, top_p: float = 1.0,
+    min_p: float = 0.0, div_full_reciprocal: float | None = None,
+) -> int | None:
+    """The token a filtered burst draws from one row of bf16 logits ([V]), or None where it defers the draw to
+    vLLM's sampler. top_k, top_p as sample() takes them (vLLM's normalisation applies). Whenever it returns a
+    token, that token is sample(...).token: the draw is argmax(fp32(x) + noise) over every row vLLM may keep (a
+    split level's rows ranked by column), and the winner is one vLLM keeps for certain."""
+    assert logits.dim() == 1 and temperature > 0.0
+    logits = logits.cpu()
+    v = logits.shape[0]
+    x = apply_temperature(logits, temperature, div_full_reciprocal)
+    k, p = normalize_top_k_top_p(top_k, top_p, v)
+    cut = burst_cut(x, k or 0, 1.0 if p is None else p, min_p)
+    lv = bf16_order_key(x)
+    scores = x.float() + gumbel_noise(seed, position, v, logits.device)
+    candidate = lv >= cut.cand
+    sure = lv >= cut.sure
+    at_split = lv == cut.split
+    if bool(at_split.any()):
+        cols = at_split.nonzero().squeeze(1)  # ascending: rank i + 1
+        ranks = torch.zeros_like(lv)
+        ranks[cols] = torch.arange(1, cols.numel() + 1)
+        candidate &= ~(at_split & (ranks <= cut.j_lo))
+        sure = torch.where(at_split, ranks > cut.j_hi, sure)
+    scores = torch.where(candidate, scores, torch.full_like(scores, float("-inf")))
+    token, _, _ = block_argmax(scores)
+    return token if bool(sure[token]) else None
 
 
 def block_argmax(scores: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor]:

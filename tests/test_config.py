@@ -24,7 +24,7 @@ def test_defaults():
     cfg = KogConfig.from_dict(None)
     assert cfg == KogConfig.from_dict({}) == KogConfig()
     assert (cfg.enabled, cfg.step_impl, cfg.tokens_per_step, cfg.state_dir) == (True, "auto", 32, "")
-    assert cfg.sampled_bursts is True  # GPU-verified 2026-12-02 (config.py)
+    assert cfg.sampled_bursts is True  # GPU-verified (config.py)
     assert cfg.tp_monokernel is False  # not yet verified on several GPUs (config.py)
     assert cfg.run_ahead is True and cfg.step_timeline is False
 

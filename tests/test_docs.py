@@ -1,5 +1,6 @@
-"""The docs against the code: every `kog` command in them parses, every file they name exists, and the
-operator guide lists every option and every fallback reason the code has."""
+"""The docs against the code: every `kog` command in them parses, every file they name exists, the operator
+guide lists every option and every fallback reason the code has, the README's figures are those of the result
+files it links, benchmarks/results/ holds only cited runs, and docs/tuning.md covers every kernel constant."""
 
 from __future__ import annotations
 
@@ -78,7 +79,8 @@ def test_operator_guide_lists_every_option_and_reason():
     guide = open(os.path.join(ROOT, "docs", "operator-guide.md")).read()
     for f in dataclasses.fields(KogConfig):
         assert f"`{f.name}`" in guide, f.name
-    for reason in [*eligibility.REQUEST_FEATURES.values(), *eligibility.SERVER_FEATURES.values(), *eligibility.KOG_PATH_FEATURES]:
+    for reason in [*eligibility.REQUEST_FEATURES.values(), *eligibility.SERVER_FEATURES.values(),
+                   *eligibility.KOG_PATH_FEATURES, *eligibility.BURST_REASONS.values()]:
         assert reason in guide, reason
 
 
@@ -87,3 +89,63 @@ def test_run_docs_commands_script_covers_the_guide():
     for needle in ("kog doctor", "kog make-checkpoint", "kog bench", "--backend kog", "--kog-options", "--worker-cls",
                    "--backend stock", "kog stats", "vllm bench latency", "docs/examples/offline_kog.py", "--url"):
         assert needle in script, needle
+
+
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+
+
+def _cited_result_folders() -> set[str]:
+    cited = set()
+    for path in DOCS:
+        cited |= set(re.findall(r"benchmarks/results/([\w.-]+)/", open(path).read()))
+    return cited
+
+
+def test_every_result_folder_is_cited_and_every_cited_one_kept():
+    """benchmarks/results/ keeps the runs the README and docs/ cite, and only those."""
+    on_disk = {d for d in os.listdir(RESULTS) if os.path.isdir(os.path.join(RESULTS, d))}
+    cited = _cited_result_folders()
+    assert sorted(on_disk - cited) == [], "result folders nothing cites (delete them, git history keeps them)"
+    assert sorted(cited - on_disk) == [], "cited result folders that are missing"
+
+
+def _readme_figures() -> list[dict[str, str]]:
+    text = open(os.path.join(ROOT, "README.md")).read()
+    section = text.split("## Current figures", 1)[1].split("\n## ", 1)[0]
+    lines = [ln for ln in section.splitlines() if ln.startswith("|")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    return [dict(zip(head, (c.strip() for c in ln.strip("|").split("|")))) for ln in lines[2:]]
+
+
+def test_readme_figures_match_their_results():
+    """The README's table of current figures is the kog bench JSON of the folders it links, figure for figure."""
+    from kog_backend.bench.results import BenchReport
+
+    rows = _readme_figures()
+    assert len(rows) >= 3
+    for row in rows:
+        folder = re.search(r"benchmarks/results/([\w.-]+)/", row["result"]).group(1)
+        rep = BenchReport.load(os.path.join(RESULTS, folder, "bench.json"))
+        m = next(m for m in rep.models if m.model == row["shape"])
+        stock, kog = m.row("stock"), m.row("kog")
+        assert row["card"] == rep.host.get("gpu"), row
+        assert row["date"] == rep.date[:10], row
+        assert row["stock tok/s"] == f"{stock.tok_s:.1f}", row
+        assert row["kog tok/s"] == f"{kog.tok_s:.1f}", row
+        assert row["kog / stock"] == f"{m.speedup:.2f}x", row
+        assert row["kog % of copy bandwidth"] == f"{100 * kog.bw_share:.1f}%", row
+        assert rep.settings.get("tokens_per_step") in (32, None), row
+
+
+def test_tuning_page_covers_every_constant():
+    """docs/tuning.md has a line for every MonoConfig constant and for the kog options that set a speed trade-off."""
+    tuning = open(os.path.join(ROOT, "docs", "tuning.md")).read()
+    config = open(os.path.join(ROOT, "csrc", "include", "kog", "config.cuh")).read()
+    body = config.split("struct MonoConfig", 1)[1].split("};", 1)[0]
+    names = re.findall(r"static constexpr \w+ (k\w+) =", body)
+    assert len(names) > 30
+    skip = {"kConsumerThreads", "kThreads", "kLoaderWarp", "kTaggedBuild"}  # derived from the ones listed
+    missing = [n for n in names if n not in skip and n not in tuning and not n.startswith("kStage")]
+    assert missing == []
+    for option in ("tokens_per_step", "run_ahead"):
+        assert f"`{option}`" in tuning

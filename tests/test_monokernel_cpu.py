@@ -15,7 +15,7 @@ import re
 import pytest
 import torch
 
-from kog_backend import model_spec, ops, torch_step
+from kog_backend import model_spec, ops, sampling, torch_step
 from kog_backend.monokernel import layout, plan, reference
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -67,6 +67,11 @@ def test_config_matches_header():
     sync = open(os.path.join(HEADERS, "sync.cuh")).read()
     assert int(re.search(r"kCtrLayerBase = (\d+)", sync).group(1)) == layout.CONFIG["kCtrLayerBase"]
     assert int(re.search(r"kCtrTpLM = (\d+)", sync).group(1)) == layout.CONFIG["kCtrTpLM"]
+    assert int(re.search(r"kCtrSampleArrive = (\d+)", sync).group(1)) == layout.CONFIG["kCtrSampleArrive"]
+    burst = open(os.path.join(HEADERS, "burst_sampling.cuh")).read()
+    assert int(re.search(r"kMaxGrid = (\d+);", burst).group(1)) == plan.SAMPLE_MAX_GRID
+    assert int(re.search(r"kMaxSplit = (\d+);", burst).group(1)) == sampling.MAX_SPLIT
+    assert f"kMaxExpArg = {sampling.MAX_EXP_ARG:g}.f" in burst
     assert int(re.search(r"layer_counter_count\(int num_kv_heads\) \{ return (\d+) \+", sync).group(1)) == (
         layout.CONFIG["layer_counter_count_0"]
     )
@@ -185,6 +190,20 @@ def test_plan_real_shapes(name):
     assert per_layer * s.num_layers + p.stages[layout.STAGE_LM].bytes > 0.99 * (
         (per_layer + norms) * s.num_layers + s.vocab_size * s.hidden_size * 2
     )
+
+
+@pytest.mark.parametrize("name", sorted(REAL_SHAPES))
+def test_plan_fits_filtered_sampling(name):
+    """Top-k / top-p / min-p bursts keep a level and a score per LM-head row of the block in the work area: the real
+    shapes fit on 132 SMs; a grid of few SMs (ranks sharing a GPU) gets a reason naming the bytes."""
+    s = REAL_SHAPES[name]
+    p = plan.make_plan(s, 132)
+    lm = p.stages[layout.STAGE_LM]
+    assert p.sample_rows == math.ceil(lm.chunks / 132) * lm.nu
+    assert p.filtered_sampling_reason is None
+    assert layout.sample_smem_bytes(p.sample_rows) <= p.work_bytes
+    small = plan.make_plan(s, 33)
+    assert "work area" in small.filtered_sampling_reason
 
 
 @pytest.mark.parametrize("nh,nkv,width", [(16, 16, 2), (16, 8, 2), (32, 8, 4), (32, 4, 4), (32, 1, 4)])

@@ -21,7 +21,7 @@ def _planned(key, gate_min=32):
     one = torch.zeros(1, dtype=torch.int64)
     return PlannedLaunch(key=key, input_ids=one, positions=one, block_table=torch.zeros(4, dtype=torch.int32),
                          slot_mapping=one, gate=torch.zeros(1, dtype=torch.int32), gate_min=gate_min,
-                         stop_ids=torch.tensor([-1]), sample_seed=None, temperature=0.0)
+                         stop_ids=torch.tensor([-1]), sample_seed=None)
 
 
 def test_next_burst_key():

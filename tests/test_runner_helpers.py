@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from vllm.sampling_params import SamplingParams
 
-from kog_backend.runner import _stop_ids, burst_length, sampled_burst_temperature
+from kog_backend.eligibility import BurstSampling, burst_sampling
+from kog_backend.runner import _stop_ids, burst_length
 
 
 @pytest.mark.parametrize(
@@ -49,16 +50,27 @@ def test_stop_ids_follow_check_stop():
     "kwargs,want",
     [
         (dict(temperature=0.0), None),  # greedy bursts on its own path
-        (dict(temperature=0.8), 0.8),
-        (dict(temperature=1.0, top_k=-1, top_p=1.0, min_p=0.0), 1.0),  # vllm bench latency's request
-        (dict(temperature=0.8, top_p=0.9), None),  # top-p needs the whole row sorted: vLLM's sampler, K = 1
-        (dict(temperature=0.8, top_k=50), None),
-        (dict(temperature=0.8, min_p=0.05), None),
+        (dict(temperature=0.8), BurstSampling(0.800000011920929, 0, 1.0, 0.0)),  # fp32, as SamplingStates holds it
+        (dict(temperature=1.0, top_k=-1, top_p=1.0, min_p=0.0), BurstSampling(1.0, 0, 1.0, 0.0)),
+        (dict(temperature=0.6, top_p=0.9), BurstSampling(0.6000000238418579, 0, 0.8999999761581421, 0.0)),
+        (dict(temperature=0.6, top_k=20, top_p=0.95), BurstSampling(0.6000000238418579, 20, 0.949999988079071, 0.0)),
+        (dict(temperature=0.8, min_p=0.05), BurstSampling(0.800000011920929, 0, 1.0, 0.05000000074505806)),
+        (dict(temperature=0.8, top_k=1000), BurstSampling(0.800000011920929, 0, 1.0, 0.0)),  # k >= V: off
+        (dict(temperature=0.8, top_k=999), BurstSampling(0.800000011920929, 999, 1.0, 0.0)),
     ],
 )
-def test_sampled_burst_temperature(kwargs, want):
-    assert sampled_burst_temperature(SamplingParams(**kwargs)) == want
-    assert sampled_burst_temperature(None) is None
+def test_burst_sampling_is_vllms_normalisation(kwargs, want):
+    got = burst_sampling(SamplingParams(**kwargs), vocab_size=1000)
+    assert got == want
+    assert burst_sampling(None, 1000) is None
+    if got is not None:
+        assert got.filtered == (got.top_k > 0 or got.top_p < 1.0 or got.min_p > 0.0)
+        kw = got.draw_kwargs("cpu")
+        assert kw["temperature"] == got.temperature
+        assert ("defer_out" in kw) == got.filtered
+        if got.filtered:
+            assert kw["defer_out"].tolist() == [0] and (kw["top_k"], kw["top_p"], kw["min_p"]) == (
+                got.top_k, got.top_p, got.min_p)
 
 
 def _vllm_config(kog, scheduler_cls, async_scheduling):

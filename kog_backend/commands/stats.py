@@ -31,6 +31,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"  kog path: {s.get('kog_steps', 0)} steps, {s.get('kog_tokens', 0)} tokens")
         if s.get("run_ahead_used") or s.get("run_ahead_abandoned"):
             print(f"  run ahead: {s['run_ahead_used']} bursts used, {s['run_ahead_abandoned']} abandoned")
+        single = s.get("single_token_steps") or {}
+        if single:
+            print(f"  of which one token per step (no burst): {sum(single.values())} steps")
+            for reason, count in single.items():
+                print(f"    {count:>8}  {reason}")
         print(f"  stock:    {s.get('fallback_steps', 0)} steps")
         for reason, count in s.get("fallbacks", {}).items():
             print(f"    {count:>8}  {reason}")

@@ -208,6 +208,10 @@ class Monokernel:
                          "tp_keys": base + lay.keys, "tp_delta": deltas}  # fmt: skip
         self._counters_ptr = counters_ptr
         self.argmax_slots = torch.zeros(plan.grid, dtype=torch.int64, device=device)
+        # Top-k / top-p / min-p draws (burst_sampling.cuh, TP = 1): zero between tokens, the kernel keeps it so.
+        self.sample_work = None
+        if tp_buffer is None:
+            self.sample_work = torch.zeros(layout.CONFIG["sample_grid_bytes"], dtype=torch.uint8, device=device)
         self.logits_scratch = torch.empty(lm_rows(s), dtype=torch.bfloat16, device=device)
         self.buffers: list[dict[str, torch.Tensor]] = []
         layer_values = []
@@ -256,6 +260,7 @@ class Monokernel:
             "act_tagged": self.act_tagged.data_ptr(),
             "trace": 0,
             "vocab_start": s.vocab_start, **tp_fields,
+            "sample_work": self.sample_work.data_ptr() if self.sample_work is not None else 0,
         }  # fmt: skip
         self._model_values = model
         self.model_table = _to_device(layout.pack_model(model), device)
@@ -308,12 +313,20 @@ class Monokernel:
         gate_min: int = 0,
         cancel: torch.Tensor | None = None,
         cancel_id: int = 0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        min_p: float = 0.0,
+        defer_out: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Up to num_tokens tokens in one launch, each fed back as the next position's input (positions
         p, p + 1, ...; slots from block_table beyond the first). Stops after a token in stop_ids (int64 GPU).
         Greedy, or with sample_seed (int64 [1] GPU: the request's vLLM sampling seed) and temperature > 0 the
-        token vLLM's sampler draws with that temperature and no top-k, top-p or min-p (kog_backend.sampling
-        keyed by the seed and each token's input position; fp32 Gumbel noise).
+        token vLLM's sampler draws with that temperature (kog_backend.sampling, keyed by the seed and each token's
+        input position; fp32 Gumbel noise), after vLLM's top_k (0: off), top_p (1: off) and min_p (0: off) as its
+        SamplingStates holds them. With any of those three the launch may end before a token whose draw depends on
+        vLLM's own fp32 rounding (csrc/include/kog/burst_sampling.cuh): defer_out (int32 [1] GPU, zero before the
+        launch) is then 1 and count excludes that token, whose logits are in logits_out's row `count` (or in
+        logits_scratch without logits_out).
         Returns (tokens int64 [num_tokens], count int32 [1]); entries past count are unspecified.
         model_table: a variant_table for benchmarks (default: this model's table).
         Run-ahead launches (kog_backend.run_ahead; one GPU only): with launch_gate (int32 [1] GPU, written earlier on
@@ -324,6 +337,12 @@ class Monokernel:
             raise ValueError(f"logits_out must be [>= {num_tokens}, >= {self.logical_vocab}]")
         if sample_seed is not None and not temperature > 0.0:
             raise ValueError(f"a sampled launch needs temperature > 0, got {temperature}")
+        if top_k > 0 or top_p < 1.0 or min_p > 0.0:
+            reason = self.filtered_sampling_reason
+            if reason is not None:
+                raise ValueError(reason)
+            if sample_seed is None or defer_out is None:
+                raise ValueError("a launch with top_k / top_p / min_p needs sample_seed and defer_out")
         tokens = torch.empty(num_tokens, dtype=torch.int64, device=self.device)
         count = torch.zeros(1, dtype=torch.int32, device=self.device)
         self.ops.monokernel_step(
@@ -331,8 +350,16 @@ class Monokernel:
             slot_mapping, tokens, logits_out, count, stop_ids,
             self.scratch, num_tokens, self.head_dim, self.plan.heads_per_pass, self.plan.grid, self.plan.smem_bytes,
             sample_seed, float(temperature), self.tp_world, launch_gate, int(gate_min), cancel, int(cancel_id),
+            int(top_k), float(top_p), float(min_p), defer_out,
         )  # fmt: skip
         return tokens, count
+
+    @property
+    def filtered_sampling_reason(self) -> str | None:
+        """None when launches may draw with top-k / top-p / min-p (burst_sampling.cuh), else why not."""
+        if self.sample_work is None:
+            return "top-k/top-p/min-p bursts: not under tensor parallelism"
+        return self.plan.filtered_sampling_reason
 
     def attention_splits(self, ctx: int, **overrides) -> int:
         """Attention splits per KV head the kernel takes at context length ctx with the default table (or one with
@@ -373,6 +400,8 @@ class Monokernel:
         parallelism every rank must do it, with no launch of any rank in flight."""
         self.counters.zero_()
         self.act_tagged.zero_()
+        if self.sample_work is not None:
+            self.sample_work.zero_()
         if self._tp_buffer is not None:
             torch.cuda.synchronize(self.device)
             nbytes = self.counters.numel() * 4
@@ -398,7 +427,7 @@ ABORT = 4  # kCtrAbort (sync.cuh); kCtrDiag = ABORT + 1 .. ABORT + 4
 
 
 def describe_counter(index: int, num_kv_heads: int) -> str:
-    names = {0: "epoch", 1: "finish", 2: "lm", 3: "token-ready"}
+    names = {0: "epoch", 1: "finish", 2: "lm", 3: "token-ready", 10: "sample-arrive", 11: "sample-ready"}
     base = layout.CONFIG["kCtrLayerBase"]
     if index < base:
         return names.get(index, f"global {index}")

@@ -61,6 +61,7 @@ MODEL_FIELDS: tuple[tuple[str, str, int], ...] = (
     ("tp_parts", "p", 1),
     ("tp_keys", "p", 1),
     ("tp_delta", "i", 8),
+    ("sample_work", "p", 1),
 )
 
 LAYER_FIELDS: tuple[str, ...] = (
@@ -115,6 +116,11 @@ CONFIG: dict[str, int] = {
     "kAttnShortLen": 32,
     "tagged_layer_words_8192_32_8_64": tagged_layer_words(8192, 32, 8, 64),
     "tagged_layer_words_6144_16_8_128": tagged_layer_words(6144, 16, 8, 128),
+    # burst_sampling.cuh: the grid's level histogram, bins, cut and split-level rows (bytes); a block's shared
+    # memory past its rows.
+    "sample_grid_bytes": 65536 * 4 + 256 * 4 + 256 * 8 + 32 + 256 * 4 * 8 + 256 * 4,
+    "sample_smem_fixed": 256 * 12 * 2 + 3 * 256 * 4 + 64 * 8,
+    "kCtrSampleArrive": 10,
 }
 CONFIG_NAMES = tuple(CONFIG)
 
@@ -132,6 +138,11 @@ def attn_work_floats(head_dim: int) -> int:
     return c["kHeadsPerPass"] * head_dim + 2 * c["kConsumerWarps"] * c["kHeadsPerPass"] + (
         c["kConsumerWarps"] * c["kHeadsPerPass"] * head_dim
     )
+
+
+def sample_smem_bytes(rows: int) -> int:
+    """Work-area bytes a block needs to draw a filtered token over `rows` LM-head rows (kog::burst::smem_bytes)."""
+    return -(-rows * 2 // 16) * 16 + -(-rows * 4 // 16) * 16 + CONFIG["sample_smem_fixed"]
 
 
 def num_counters(num_layers: int, num_kv_heads: int) -> int:

@@ -11,7 +11,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from kog_backend.monokernel.layout import CONFIG, STAGE_NAMES, attn_work_floats
+from kog_backend.monokernel.layout import CONFIG, STAGE_NAMES, attn_work_floats, sample_smem_bytes
+
+
+# burst_sampling.cuh BurstSamplingConfig::kMaxGrid: blocks whose split-level rows the grid buffer holds.
+SAMPLE_MAX_GRID = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +40,21 @@ class Plan:
     work_bytes: int
     smem_bytes: int
     stages: tuple[StagePlan, ...]
+    # LM-head rows of the block that owns the most (top-k / top-p / min-p draws keep a level and a score per row in
+    # the work area, burst_sampling.cuh)
+    sample_rows: int = 0
+
+    @property
+    def filtered_sampling_reason(self) -> str | None:
+        """None when the work area holds a filtered draw's per-row state, else why not (such requests then run
+        one token per engine step, with vLLM's sampler)."""
+        if self.grid > SAMPLE_MAX_GRID:
+            return f"top-k/top-p/min-p bursts: {self.grid} blocks, the split-level buffer holds {SAMPLE_MAX_GRID}"
+        need = sample_smem_bytes(self.sample_rows)
+        if need > self.work_bytes:
+            return (f"top-k/top-p/min-p bursts: {self.sample_rows} LM-head rows per block need {need} B of the "
+                    f"{self.work_bytes} B work area")
+        return None
 
 
 def units_per_chunk(k: int, rows_per_unit: int) -> int | None:
@@ -101,6 +120,12 @@ def make_plan(shape, sm_count: int) -> Plan | str:
     work = (work + 127) // 128 * 128
     room = c["kMaxSmemBytes"] - c["kHeaderBytes"] - work
     slots = min(c["kMaxSlots"], room // c["kSlotBytes"])
+    # A filtered draw's per-row state (burst_sampling.cuh) shares the work area: grown to hold it where that costs
+    # no weight slot (the real shapes' work areas already hold it).
+    sample_rows = math.ceil(stages[4].chunks / sm_count) * stages[4].nu
+    need = (sample_smem_bytes(sample_rows) + 127) // 128 * 128
+    if need > work and (c["kMaxSmemBytes"] - c["kHeaderBytes"] - need) // c["kSlotBytes"] >= slots:
+        work = need
     if slots < c["kMinSlots"]:
         return f"shared memory: {work} B of input vector leave room for {slots} weight slots (< {c['kMinSlots']})"
     splits = max(1, sm_count // nkv)
@@ -112,4 +137,5 @@ def make_plan(shape, sm_count: int) -> Plan | str:
         work_bytes=work,
         smem_bytes=c["kHeaderBytes"] + work + slots * c["kSlotBytes"],
         stages=tuple(stages),
+        sample_rows=sample_rows,
     )

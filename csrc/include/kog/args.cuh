@@ -97,6 +97,9 @@ struct ModelArgs {
   bf16* tp_parts;           // [num_layers][2 (O, down)][W][hidden]: each rank's bf16 partial sums, pushed by it
   uint64_t* tp_keys;        // [2 (token parity)][W]: each rank's best LM-head key of a token
   int64_t tp_delta[MonoConfig::kMaxTP];
+  // Top-k / top-p / min-p bursts (burst_sampling.cuh; TP = 1): the grid's level histogram, bins and cut,
+  // BurstSamplingConfig::kGridBytes, all zero between tokens (zeroed with the counters after an abort).
+  uint8_t* sample_work;
 };
 
 // ModelArgs fields the consumers read right after a hand-off's wait (and the loader at each stage change), copied
@@ -130,7 +133,7 @@ struct StepArgs {
   int32_t* num_out;            // [1] tokens produced, or null
   const int64_t* stop_ids;     // [num_stop] or null
   const int64_t* sample_seed;  // [1] the request's vLLM sampling seed, or null: greedy
-  float temperature;           // > 0 with sample_seed: Gumbel-max sampling as vLLM's sampler (no top-k/top-p/min-p)
+  float temperature;           // > 0 with sample_seed: Gumbel-max sampling as vLLM's sampler
   // Run-ahead launches (kog_backend/run_ahead.py; TP = 1 only), both optional:
   const int32_t* launch_gate;  // [1] device, or null: the launch produces nothing (no token, no cache or counter
                                // write; num_out untouched) unless launch_gate[0] >= gate_min. Read once at entry:
@@ -144,6 +147,14 @@ struct StepArgs {
   int32_t block_table_len;
   int32_t num_stop;
   int32_t num_tokens;
+  // vLLM's filters of a sampled launch (SamplingStates' values): top_k 0 = off (vLLM: k = V), top_p 1 = off,
+  // min_p 0 = off. `filtered` (any of them on; TP = 1 only) draws through burst_sampling.cuh, which may end the
+  // launch before a token whose draw it leaves to vLLM's sampler: defer_out[0] = 1 then, and num_out excludes it.
+  float top_p;
+  float min_p;
+  int32_t top_k;
+  int32_t filtered;
+  int32_t* defer_out;          // [1] device, or null (a filtered launch needs it)
 };
 
 }  // namespace kog

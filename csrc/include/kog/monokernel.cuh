@@ -14,6 +14,7 @@
 
 #include "kog/args.cuh"
 #include "kog/attention.cuh"
+#include "kog/burst_sampling.cuh"
 #include "kog/config.cuh"
 #include "kog/gemv.cuh"
 #include "kog/handoff_hold.cuh"
@@ -348,6 +349,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
   Ring ring{ring_base, static_cast<int>(m.num_slots), 0, 0u, 0};
   int base = 0;
   const int64_t pos0 = step.positions[0];
+  const bool filtered = kSampled && !kTP && step.filtered != 0;  // top-k / top-p / min-p (burst_sampling.cuh)
   const bool has_task = has_attn_task(nkv, S);
   // gate/up -> down through tagged words instead of the gate/up counter (tagged.cuh; TP=1 only).
   const bool tagged_gu = C::kTaggedBuild && !kTP && (m.tagged_handoffs & kTaggedGateUp) != 0;
@@ -629,7 +631,8 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
           st_bf16(logits, r, lv);
           uint64_t k;
           if constexpr (kSampled) {
-            k = sampling::sampled_key(lv, row0 + static_cast<uint32_t>(r), step.temperature, rkey);
+            // (a filtered draw reads the row back once the grid's cut is known: below)
+            k = filtered ? 0 : sampling::sampled_key(lv, row0 + static_cast<uint32_t>(r), step.temperature, rkey);
           } else {
             k = argmax_key(lv, row0 + static_cast<uint32_t>(r));
           }
@@ -637,6 +640,35 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
         }, tr, t, L, -1);
       }
       base = (base + static_cast<int>(n_lm)) % G;
+      if constexpr (kSampled && !kTP) {
+        if (filtered) {  // top-k / top-p / min-p: burst_sampling.cuh's three steps
+          const int nu_lm = hdr.geo[C::kStageLM].nu, rows = mine > 0 ? mine * nu_lm : 0;
+          const int n_rows = hdr.geo[C::kStageLM].n;
+          const auto row_of = [=](int k) { return owned_row(c0, k, nu_lm); };
+          const burst::Filters f{step.temperature, step.top_p, step.min_p, step.top_k};
+          const burst::BlockView sv = burst::BlockView::carve(reinterpret_cast<uint8_t*>(work), rows);
+          const burst::GridView gv = burst::GridView::of(m.sample_work);
+          burst::add_rows(logits, rows, n_rows, row_of, static_cast<uint32_t>(m.vocab_start), f, rkey, sv, gv);
+          consumer_sync();  // every thread's adds before thread 0's release (cumulative)
+          if (tid == 0) {
+            const uint32_t old = atom_acq_rel_add(counter(ctrs, kCtrSampleArrive), 1u);
+            hdr.bcast[2] = (old + 1u == static_cast<uint32_t>(t + 1) * static_cast<uint32_t>(G)) ? 1 : 0;
+          }
+          consumer_sync();
+          burst::Cut cut;
+          if (hdr.bcast[2] != 0) {  // the cutter: every block's adds are visible (its acquire, then the barrier)
+            cut = burst::find_cut(f, sv, gv);
+            if (tid == 0) gv.publish(cut);
+            consumer_sync();  // the cutter's reads of the histogram and its stores before the release
+            if (tid == 0) st_release(counter(ctrs, kCtrSampleReady), static_cast<uint32_t>(t + 1));
+          } else {
+            consumer_wait(ctrs, kCtrSampleReady, static_cast<uint32_t>(t + 1));
+            cut = gv.published();
+          }
+          burst::zero_hist_share(gv);
+          best = burst::thread_best(sv, rows, row_of, static_cast<uint32_t>(m.vocab_start), cut, gv);
+        }
+      }
       best = consumer_max_key(best, hdr.keys);
       if (tid == 0) {
         hdr.hot.argmax_slots[b] = best;
@@ -648,15 +680,31 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
       consumer_sync();
       if (hdr.bcast[1] != 0 && tid < 32) {
         uint64_t k = grid_max_key(hdr.hot.argmax_slots, G);
+        if constexpr (kSampled && !kTP) {
+          if (filtered) {  // the split level's rows, ranked by column (burst_sampling.cuh), gathered into the work
+                           // area: this block's rows there are done with (its best is in)
+            const burst::GridView gv = burst::GridView::of(m.sample_work);
+            k = burst::resolve_split(k, gv.published(), gv, reinterpret_cast<uint64_t*>(work));
+          }
+        }
         if (tid == 0) {
           if constexpr (tp) k = tp_best_key(m, k, e, W, rank, delta);
           // The host's cancel word: one PCIe round trip (~1-2 us) per token, by the finisher only, which publishes
           // its decision with the token. (Read by every block at the LM head's start, 132 reads of one host word
-          // per token, the run-ahead launches ran ~0.1 ms per token slower: benchmarks/NOTES.md, sixth session.)
+          // per token, the run-ahead launches ran ~0.1 ms per token slower.)
           const bool cancelled = !kTP && step.cancel != nullptr && ld_relaxed_sys_s64(step.cancel) >= step.cancel_id;
-          const int64_t id = static_cast<int64_t>(argmax_row(k));
-          step.tokens_out[t] = cancelled ? -1 - id : id;  // every block reads it after the token-ready wait
-          if (step.num_out != nullptr) step.num_out[0] = t + 1;
+          int64_t id = static_cast<int64_t>(argmax_row(k));
+          bool deferred = false;
+          if constexpr (kSampled && !kTP) {
+            if (filtered) {  // a winner not tagged sure (or none): vLLM's sampler draws this token on the host
+              id = static_cast<int64_t>(burst::winner_col(k));
+              deferred = !burst::winner_sure(k);
+              if (deferred) step.defer_out[0] = 1;
+            }
+          }
+          // every block reads it after the token-ready wait; a negative token ends the launch
+          step.tokens_out[t] = (cancelled || deferred) ? -1 - id : id;
+          if (step.num_out != nullptr) step.num_out[0] = deferred ? t : t + 1;
           st_release(counter(ctrs, kCtrTokenReady), next);
         }
       }
@@ -684,6 +732,12 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
     const uint32_t old = atom_acq_rel_add(counter(ctrs, kCtrFinish), 1u);
     if (old + 1u == static_cast<uint32_t>(G)) {
       *reinterpret_cast<volatile uint32_t*>(counter(ctrs, kCtrFinish)) = 0u;
+      if constexpr (kSampled && !kTP) {
+        if (filtered) {  // (their targets count this launch's tokens from 0)
+          *reinterpret_cast<volatile uint32_t*>(counter(ctrs, kCtrSampleArrive)) = 0u;
+          *reinterpret_cast<volatile uint32_t*>(counter(ctrs, kCtrSampleReady)) = 0u;
+        }
+      }
       *reinterpret_cast<volatile uint32_t*>(counter(ctrs, kCtrEpoch)) = epoch0 + static_cast<uint32_t>(ntok);
     }
   }
@@ -700,7 +754,7 @@ __global__ void __launch_bounds__(MonoConfig::kThreads, 1) monokernel_kernel(con
   if (step.launch_gate != nullptr && *step.launch_gate < step.gate_min) return;
   const ModelArgs& m = *step.model;
 #ifdef KOG_BENCH_SALT  // diagnostics build: KOG_BENCH_SALT zero-length sleeps here move every instruction after them
-                       // by 16 B each (the placement-spread test, benchmarks/NOTES.md, seventeenth session)
+                       // by 16 B each (the placement-spread test, docs/tuning.md)
 #pragma unroll
   for (int i = 0; i < KOG_BENCH_SALT; ++i) asm volatile("nanosleep.u32 0;");
 #endif

@@ -15,6 +15,8 @@ namespace kog {
 //   2 lm (blocks done with the LM head)   3 token-ready (epoch + 1 once the sampled token is in tokens_out)
 //   4 abort (0, or the site of the first wait that timed out)   5..8 that wait's block, what, target, seen
 //   9 tp-lm (tensor parallelism: ranks whose best LM-head key of the token arrived here)
+//   10 sample-arrive (blocks whose rows a filtered draw counted, burst_sampling.cuh)   11 sample-ready (cuts
+//      published); both count from 0 within a launch and are zeroed by the launch's last block
 //   12 + l * (5 + nkv) + {0 qkv, 1 o, 2 gate/up, 3 down}: chunks of that stage completed (cumulative over steps)
 //                      + 4 attn_done: KV heads whose attention output is combined
 //                      + 5 + h: splits of KV head h finished
@@ -24,7 +26,9 @@ namespace kog {
 // scope), so those count W x chunks per step; tp-lm counts W per step.
 constexpr int kCtrEpoch = 0, kCtrFinish = 1, kCtrLM = 2, kCtrTokenReady = 3, kCtrAbort = 4, kCtrDiag = 5;
 constexpr int kCtrTpLM = 9;
+constexpr int kCtrSampleArrive = 10, kCtrSampleReady = 11;
 constexpr int kCtrLayerBase = 12;
+static_assert(kCtrSampleReady < kCtrLayerBase, "global counters precede the layers' blocks");
 constexpr int kCtrAttnDone = 4, kCtrAttnKV = 5;  // within a layer's block, after the four GEMV stages
 
 // Abort sites (the value of counter kCtrAbort).
@@ -192,6 +196,8 @@ __device__ __forceinline__ void consumer_signal_ranks(uint32_t* ctrs, int index,
 __device__ __forceinline__ uint4 ld_cg_v4(const void* p) { return __ldcg(static_cast<const uint4*>(p)); }
 __device__ __forceinline__ float ld_cg_f32(const float* p) { return __ldcg(p); }
 __device__ __forceinline__ uint16_t ld_cg_u16(const void* p) { return __ldcg(static_cast<const unsigned short*>(p)); }
+__device__ __forceinline__ uint32_t ld_cg_u32(const uint32_t* p) { return __ldcg(p); }
+__device__ __forceinline__ double ld_cg_f64(const double* p) { return __ldcg(p); }
 __device__ __forceinline__ uint64_t ld_cg_u64(const void* p) {
   return __ldcg(static_cast<const unsigned long long*>(p));
 }
