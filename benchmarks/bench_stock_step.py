@@ -9,9 +9,9 @@ and N decode steps at contexts c .. c + N - 1), both under the profiler:
   GPU us/step  = (sum of kernel durations with N decode steps - sum with none) / N
                  (model, sampler and vLLM's small per-step kernels; idle time between kernels not counted)
   wall us/step = the same difference of the two calls' wall times (the engine's whole step, host included)
-  GB/s         = bytes one step reads (weights + K/V of the context, kog_backend.bench.model_bytes) / GPU time;
+  GB/s         = bytes one step reads (weights + K/V of the context, kog_backend.tools.bench.model_bytes) / GPU time;
                  share = GB/s over the device-to-device copy bandwidth measured in this process before the engine
-                 starts (kog_backend.bench.copy_bw, bytes read + written, as in bench_monokernel.py)
+                 starts (kog_backend.tools.bench.copy_bw, bytes read + written, as in bench_monokernel.py)
 
     for s in llama-3.2-1b qwen3-1.7b llama-3.1-8b; do python3 benchmarks/bench_stock_step.py --shape $s; done
 
@@ -33,9 +33,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from kog_backend.bench import environment, metrics, model_bytes  # noqa: E402
-from kog_backend.bench.copy_bw import measure_copy_bandwidth  # noqa: E402
-from kog_backend.bench.offline import prompt_token_ids, resolve_model  # noqa: E402
+from kog_backend.tools.bench import environment, metrics, model_bytes  # noqa: E402
+from kog_backend.tools.bench.copy_bw import measure_copy_bandwidth  # noqa: E402
+from kog_backend.tools.bench.offline import prompt_token_ids, resolve_model  # noqa: E402
 
 SCHEMA = "kog-stock-step/1"
 
@@ -109,7 +109,7 @@ def report(rows: list[dict]) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="llama-3.2-1b",
-                    help="an embedded shape (kog_backend.shapes) or a checkpoint directory; one engine per process")
+                    help="an embedded shape (kog_backend.tools.fixtures.shapes) or a checkpoint directory; one engine per process")
     ap.add_argument("--ctx", default="32,1024,4096")
     ap.add_argument("--steps", type=int, default=16, help="decode steps per profiled call (N)")
     ap.add_argument("--reps", type=int, default=3, help="profiled pairs per context; the median is reported")

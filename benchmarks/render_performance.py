@@ -19,8 +19,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from kog_backend.bench.results import BenchReport  # noqa: E402
-from kog_backend.bench.table import header_lines, markdown_table  # noqa: E402
+from kog_backend.tools.bench.results import BenchReport  # noqa: E402
+from kog_backend.tools.bench.table import header_lines, markdown_table  # noqa: E402
 
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 DEFAULT_OUT = os.path.join(ROOT, "docs", "performance.md")

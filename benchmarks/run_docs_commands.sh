@@ -49,7 +49,7 @@ export PYTHONUNBUFFERED=1
 
 # `kog` and `vllm` as a user has them; where the console scripts are not on PATH (the device machine has no
 # `vllm` executable), the same commands through their modules.
-command -v kog >/dev/null 2>&1 || { printf '#!/bin/sh\nexec python3 -m kog_backend.cli "$@"\n' >"$WORK/bin/kog"; chmod +x "$WORK/bin/kog"; }
+command -v kog >/dev/null 2>&1 || { printf '#!/bin/sh\nexec python3 -m kog_backend.tools.cli "$@"\n' >"$WORK/bin/kog"; chmod +x "$WORK/bin/kog"; }
 command -v vllm >/dev/null 2>&1 || { printf '#!/bin/sh\nexec python3 -m vllm.entrypoints.cli.main "$@"\n' >"$WORK/bin/vllm"; chmod +x "$WORK/bin/vllm"; }
 export PATH="$WORK/bin:$PATH"
 
@@ -172,8 +172,8 @@ phase_serve() {
   start_server "serve --kog-options" 8000 --backend kog --kog-options '{"tokens_per_step": 8}' && exercise "serve --kog-options" 8000 multi
   stop_server
   export KOG_STATE_DIR="$WORK/state-serve-worker-cls"
-  start_server "serve --worker-cls" 8000 --worker-cls kog_backend.worker.KogWorker --additional-config '{"kog": {"tokens_per_step": 8}}' \
-    --scheduler-cls kog_backend.scheduler.KogScheduler --no-async-scheduling \
+  start_server "serve --worker-cls" 8000 --worker-cls kog_backend.engine.worker.KogWorker --additional-config '{"kog": {"tokens_per_step": 8}}' \
+    --scheduler-cls kog_backend.engine.scheduler.KogScheduler --no-async-scheduling \
     && exercise "serve --worker-cls" 8000 multi
   stop_server
   phase_rollback
@@ -196,7 +196,7 @@ phase_latency() {
   ckpt || return
   export KOG_STATE_DIR="$WORK/state-latency"
   rm -rf "$KOG_STATE_DIR"
-  step "vllm bench latency (kog)" 600 "vllm bench latency --model \"\$CKPT\" --batch-size 1 --input-len 32 --output-len 512 --num-iters-warmup 2 --num-iters 5 --worker-cls kog_backend.worker.KogWorker --additional-config '{\"kog\": {}}' --scheduler-cls kog_backend.scheduler.KogScheduler --no-async-scheduling --output-json $OUT/latency-kog.json"
+  step "vllm bench latency (kog)" 600 "vllm bench latency --model \"\$CKPT\" --batch-size 1 --input-len 32 --output-len 512 --num-iters-warmup 2 --num-iters 5 --worker-cls kog_backend.engine.worker.KogWorker --additional-config '{\"kog\": {}}' --scheduler-cls kog_backend.engine.scheduler.KogScheduler --no-async-scheduling --output-json $OUT/latency-kog.json"
   check_kog_steps "vllm bench latency (kog)"
   check_multi "vllm bench latency (kog)"
   unset KOG_STATE_DIR
@@ -225,7 +225,7 @@ phase_patch() {
   step "kog patch-vllm --apply" 120 "kog patch-vllm --apply" || return
   export KOG_STATE_DIR="$WORK/state-patch"
   start_server "serve --execution-backend kog" 8000 --execution-backend kog --additional-config '{"kog": {"tokens_per_step": 8}}' \
-    --scheduler-cls kog_backend.scheduler.KogScheduler --no-async-scheduling \
+    --scheduler-cls kog_backend.engine.scheduler.KogScheduler --no-async-scheduling \
     && exercise "serve --execution-backend kog" 8000 multi
   stop_server
   rm -rf "$KOG_STATE_DIR"

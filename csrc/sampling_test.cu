@@ -1,5 +1,5 @@
 // Test launchers of the sampling building blocks (device code: include/kog/sampling.cuh), compared bit for bit
-// with kog_backend/sampling.py and vLLM's Triton kernels by integration_tests/test_sampling_gpu.py. Each op runs
+// with kog_backend/reference/sampling.py and vLLM's Triton kernels by integration_tests/test_sampling_gpu.py. Each op runs
 // the same device functions the monokernel's LM-head stage calls; none is on a serving path.
 #include <cmath>
 #include <cstdint>

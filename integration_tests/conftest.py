@@ -1,7 +1,7 @@
 """GPU + vLLM integration tests. They run on the H200 device (see README: "GPU tests") and skip elsewhere.
 
 Checkpoints are random-weight models with real shapes, written once per test run under $KOG_TEST_CKPT_DIR
-(default /tmp/kog-test-ckpt) by kog_backend.checkpoints.
+(default /tmp/kog-test-ckpt) by kog_backend.tools.fixtures.checkpoints.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 def _gpu_reason() -> str | None:
     try:
-        from kog_backend.support import gpu_reason
+        from kog_backend.path.support import gpu_reason
     except ImportError as e:
         return str(e)
     return gpu_reason()
@@ -36,7 +36,7 @@ def checkpoint():
 
     def get(shape: str) -> str:
         if shape not in made:
-            from kog_backend.checkpoints import write_checkpoint
+            from kog_backend.tools.fixtures.checkpoints import write_checkpoint
 
             out = os.path.join(root, shape)
             write_checkpoint(shape, out, seed=0)

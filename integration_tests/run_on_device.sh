@@ -7,7 +7,7 @@ set -uo pipefail
 OUT="${OUT:-/tmp/kog-out}"
 mkdir -p "$OUT"
 export KOG_TEST_CKPT_DIR="${KOG_TEST_CKPT_DIR:-/tmp/kog-test-ckpt}" HF_HUB_OFFLINE=1
-if ! python3 -c "import kog_backend.plugin" 2>/dev/null || [ ! -f /tmp/.kog-installed ]; then
+if ! python3 -c "import kog_backend.engine.plugin" 2>/dev/null || [ ! -f /tmp/.kog-installed ]; then
   KOG_BUILD_EXT=0 python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/pip.log" 2>&1 \
     || { tail -20 "$OUT/pip.log"; exit 1; }
   touch /tmp/.kog-installed

@@ -19,7 +19,7 @@ def _child(queue, path, kwargs, probe):
     import os
 
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from kog_backend import support
+    from kog_backend.path import support
 
     if probe == "gpu":
         support.gpu_reason = lambda *a, **k: FAKE_GPU

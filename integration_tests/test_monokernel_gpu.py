@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 
 from kernel_gpu import require_sm90_extension  # noqa: E402
 
-from kog_backend.model_spec import kv_cache_view  # noqa: E402
+from kog_backend.path.model_spec import kv_cache_view  # noqa: E402
 from kog_backend.monokernel import Monokernel, reference, synthetic, unsupported_reason  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -394,11 +394,11 @@ def test_attention_pass_widths_agree(gqa, ctx):
 
 @pytest.mark.parametrize("temperature", [1.0, 0.5])  # 1: no division; 0.5: division exact, whatever the rounding
 def test_sampled_burst_matches_vllm_sampler(temperature):
-    """A sampled K=6 launch draws, at every token, the token kog_backend.sampling.sample (vLLM's sampler bit for
+    """A sampled K=6 launch draws, at every token, the token kog_backend.reference.sampling.sample (vLLM's sampler bit for
     bit, integration_tests/test_sampling_gpu.py) draws from that token's own logits with the same seed and the
     token's input position; different seeds give different draws. (Untied LM head: with the tied random
     embedding the input token's own logit dominates and every seed draws it.)"""
-    from kog_backend.sampling import sample
+    from kog_backend.reference.sampling import sample
 
     w, caches, mk = _model("llama", 64, 4, False)
     pos, slot, bt = _prepare(w, caches, 41, 17)
@@ -468,10 +468,10 @@ def _filtered_launches(w, caches, mk, filters, seeds, k=8, ctx=41):
 
 def _check_filtered(launches, filters, seeds, k):
     """Every token a launch drew is vLLM's draw from that token's logits; a launch ends early only by deferring,
-    and where it defers the reference schedule (kog_backend.sampling.burst_token) defers too."""
+    and where it defers the reference schedule (kog_backend.reference.sampling.burst_token) defers too."""
     from vllm_sampling import vllm_draw
 
-    from kog_backend.sampling import burst_token
+    from kog_backend.reference.sampling import burst_token
 
     errors, drawn, deferred, kernel_only = [], 0, 0, []
     for seed, (tokens, n, d, logits, pos) in zip(seeds, launches):

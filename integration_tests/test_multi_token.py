@@ -25,7 +25,7 @@ pytestmark = pytest.mark.vllm_gpu
 
 SHAPE = os.environ.get("KOG_TEST_SHAPE", "llama-3.2-1b")
 KS = (1, 4, 16, 32, 64)  # 32: kog's default (config.py); 64: the largest
-SCHEDULER = "kog_backend.scheduler.KogScheduler"
+SCHEDULER = "kog_backend.engine.scheduler.KogScheduler"
 IMPL = os.environ.get("KOG_TEST_IMPL", "torch")  # run again with KOG_TEST_IMPL=monokernel
 
 

@@ -1,4 +1,4 @@
-"""Run-ahead bursts inside vLLM (kog option run_ahead, kog_backend/run_ahead.py), on the monokernel.
+"""Run-ahead bursts inside vLLM (kog option run_ahead, kog_backend/path/run_ahead.py), on the monokernel.
 
 Oracle: kog at K = 1 (the chain of test_multi_token.py: K = 1 agrees with stock under teacher forcing). With
 run-ahead at K = 32 every output must equal K = 1's token for token, stops must land where K = 1's land, and the

@@ -1,4 +1,4 @@
-"""The monokernel's run-ahead inputs on an sm_90 GPU (no vLLM): `launch_gate` and `cancel` (kog_backend/run_ahead.py).
+"""The monokernel's run-ahead inputs on an sm_90 GPU (no vLLM): `launch_gate` and `cancel` (kog_backend/path/run_ahead.py).
 
 A burst of K tokens followed, on the same stream and without a host synchronisation, by a gated launch of the
 next K (input: the burst's last token, read on the GPU) gives the tokens, logits and caches of one launch of 2K

@@ -18,7 +18,7 @@ from vllm_helpers import first_mismatch, kog_kwargs, kog_stats, random_prompts, 
 pytestmark = pytest.mark.vllm_gpu
 
 SHAPE = os.environ.get("KOG_TEST_SHAPE", "llama-3.2-1b")
-SCHEDULER = "kog_backend.scheduler.KogScheduler"
+SCHEDULER = "kog_backend.engine.scheduler.KogScheduler"
 K = 32
 
 SETTINGS = {

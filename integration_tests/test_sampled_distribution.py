@@ -61,7 +61,7 @@ def test_sampled_tokens_follow_stock_distribution(checkpoint, case, sampling, op
     want = _pooled(stock, prompt, sp)
     kog = LLM(
         model=path,
-        **kog_kwargs({"tokens_per_step": 16, **options}, scheduler_cls="kog_backend.scheduler.KogScheduler",
+        **kog_kwargs({"tokens_per_step": 16, **options}, scheduler_cls="kog_backend.engine.scheduler.KogScheduler",
                      async_scheduling=False, **SMALL),
     )  # fmt: skip
     before = kog_stats(kog)

@@ -1,5 +1,5 @@
 """Sampling building blocks (csrc/include/kog/sampling.cuh) against vLLM 0.26's own Triton sampling kernels and
-kog_backend.sampling on an sm_90 GPU, bit for bit. Every output is poisoned before each launch.
+kog_backend.reference.sampling on an sm_90 GPU, bit for bit. Every output is poisoned before each launch.
 
 * Philox4x32-10: random counters and keys, and Random123's known-answer vectors.
 * A row's stream (Gumbel key, Philox words, uniforms, fp32/fp64 noise) for several (seed, position): CUDA ==
@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch")
 from kernel_gpu import require_sm90_extension  # noqa: E402
 
 from kog_backend import ops  # noqa: E402
-from kog_backend import sampling as S  # noqa: E402
+from kog_backend.reference import sampling as S  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from kog_backend.counters import read_all
+from kog_backend.path.counters import read_all
 from servers import SERVE, Server
 from test_teacher_forcing import ATOL
 from vllm_helpers import first_mismatch, kog_option_args

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kog_backend.counters import read_all
+from kog_backend.path.counters import read_all
 from servers import SERVE, Server
 
 pytestmark = pytest.mark.vllm_gpu
@@ -35,6 +35,6 @@ def test_plain_serve_with_plugin_installed_is_stock(checkpoint, tmp_path):
     finally:
         bare.stop()
     assert got == want
-    assert "kog_backend.worker.KogWorker" not in log and "kog: " not in log
+    assert "kog_backend.engine.worker.KogWorker" not in log and "kog: " not in log
     assert "Platform plugin kog" in log and "Platform plugin kog" not in bare_log
     assert not read_all(str(tmp_path))

@@ -7,7 +7,7 @@ import multiprocessing as mp
 import os
 import random
 
-KOG_WORKER = "kog_backend.worker.KogWorker"
+KOG_WORKER = "kog_backend.engine.worker.KogWorker"
 
 
 def engine_kwargs(**over):

@@ -12,7 +12,7 @@ def vllm_draw(x: torch.Tensor, *, temperature: float, seed: int, position: int, 
     from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p
     from vllm.v1.worker.gpu.sample import gumbel, min_p as min_p_mod
 
-    from kog_backend.sampling import normalize_top_k_top_p
+    from kog_backend.reference.sampling import normalize_top_k_top_p
 
     dev = x.device
     logits = x.clone().unsqueeze(0)

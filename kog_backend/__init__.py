@@ -1,7 +1,7 @@
 """kog_backend: single-request decode backend for vLLM 0.26.
 
 Importing this package imports neither torch nor vLLM; the plugin entry points in
-`kog_backend.plugin` import what they need lazily.
+`kog_backend.engine.plugin` import what they need lazily.
 """
 
 __version__ = "0.1.0"

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 CONFIG_KEY = "kog"
-WORKER_CLS = "kog_backend.worker.KogWorker"
+WORKER_CLS = "kog_backend.engine.worker.KogWorker"
 # Needed (with async scheduling off) for tokens_per_step > 1; `--backend kog` sets both.
-SCHEDULER_CLS = "kog_backend.scheduler.KogScheduler"
+SCHEDULER_CLS = "kog_backend.engine.scheduler.KogScheduler"
 DEFAULT_TOKENS_PER_STEP = 32
 
 
@@ -43,13 +43,13 @@ class KogConfig:
     # (chi-square against stock). False: such requests run the kog path one token per step with vLLM's sampler.
     sampled_bursts: bool = True
     # With K > 1 and the monokernel on one GPU: queue each burst's successor on the GPU right behind it, before vLLM
-    # asks for it, so the GPU does not idle while the engine handles a step (kog_backend/run_ahead.py); a step that
+    # asks for it, so the GPU does not idle while the engine handles a step (kog_backend/path/run_ahead.py); a step that
     # turns out different (a second request, a stop string, a fallback) abandons it within one token. Measured on
     # the H200 (docs/tuning.md `run_ahead`; kog bench K = 32, Llama-3.2-1B shape): 1,269.5 tok/s with it against
     # stock's 600.2 in the same run (without it: ~1,126 tok/s, a ~2.5 ms GPU gap per burst). On by default:
     # test_run_ahead.py, test_multi_token.py, test_sampled_distribution.py and test_serve.py pass with it.
     run_ahead: bool = True
-    # Diagnosis: time each kog step on the host and each launch on the GPU (kog_backend/step_timeline.py); the last
+    # Diagnosis: time each kog step on the host and each launch on the GPU (kog_backend/path/step_timeline.py); the last
     # request's medians appear in `kog stats --json` and `kog bench`. Costs one stream synchronisation per request.
     step_timeline: bool = False
     # Tensor parallelism > 1: run the TP monokernel (ranks exchange partial sums through CUDA IPC inside the kernel,

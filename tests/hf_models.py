@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import transformers
 
-from kog_backend import model_spec
+from kog_backend.path import model_spec
 
 
 def tiny_hf_model(arch: str, head_dim: int, gqa: int, tied: bool, vocab_size: int, intermediate_size: int):

@@ -10,8 +10,8 @@ import types
 
 import pytest
 
-from kog_backend.bench import offline, offline_child
-from kog_backend.bench.results import RunResult
+from kog_backend.tools.bench import offline, offline_child
+from kog_backend.tools.bench.results import RunResult
 from kog_backend.config import WORKER_CLS
 
 PER_TOKEN_S = 0.0004
@@ -49,7 +49,7 @@ class FakeLLM:
 def fake_engine(monkeypatch):
     import vllm
 
-    from kog_backend.bench import copy_bw, environment
+    from kog_backend.tools.bench import copy_bw, environment
 
     FakeLLM.instances.clear()
     monkeypatch.setattr(FakeLLM, "get_default_sampling_params", vllm.LLM.get_default_sampling_params)
@@ -63,7 +63,7 @@ def fake_engine(monkeypatch):
 @pytest.fixture(scope="module")
 def ckpt_dirs(tmp_path_factory):
     """Checkpoint directories without weights (config, generation config, tokenizer), as make-checkpoint writes them."""
-    from kog_backend import checkpoints, shapes
+    from kog_backend.tools.fixtures import checkpoints, shapes
 
     root = tmp_path_factory.mktemp("meta")
     out = {}
@@ -135,7 +135,7 @@ SAMPLING_CASES = [
 
 @pytest.mark.parametrize("shape,overrides,seed,want", SAMPLING_CASES)
 def test_child_sampling_is_the_generation_config_under_the_flags(tmp_path, fake_engine, ckpt_dirs, shape, overrides, seed, want):
-    from kog_backend import shapes
+    from kog_backend.tools.fixtures import shapes
 
     res = tmp_path / "r.json"
     assert offline_child.main([_spec(tmp_path, "stock", ckpt_dirs[shape], overrides, seed), str(res)]) == 0

@@ -11,8 +11,8 @@ import time
 import pytest
 from aiohttp import web
 
-from kog_backend.bench import http_client
-from kog_backend.bench.table import format_table
+from kog_backend.tools.bench import http_client
+from kog_backend.tools.bench.table import format_table
 
 
 class FakeServer:
@@ -143,7 +143,7 @@ def test_server_without_usage_counts_text_chunks():
 
 
 def test_failing_and_unreachable_servers_are_failed_rows():
-    from kog_backend.commands.bench import exit_status
+    from kog_backend.tools.commands.bench import exit_status
 
     with FakeServer(ttft_s=0.0, per_token_s=0.0, status=500) as bad:
         rep = http_client.run_http(_settings([bad.url, "http://127.0.0.1:9"], requests=1, warmup=0, timeout_s=5.0))
@@ -171,8 +171,8 @@ def test_base_url(url, base):
 def test_command_http_mode_writes_json_and_png(tmp_path, capsys):
     import argparse
 
-    from kog_backend.bench.results import BenchReport
-    from kog_backend.commands import bench as bench_cmd
+    from kog_backend.tools.bench.results import BenchReport
+    from kog_backend.tools.commands import bench as bench_cmd
 
     p = argparse.ArgumentParser()
     bench_cmd.add_arguments(p)

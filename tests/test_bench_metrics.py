@@ -8,10 +8,10 @@ import types
 
 import pytest
 
-from kog_backend import shapes
-from kog_backend.bench import metrics, model_bytes, offline
-from kog_backend.bench.offline_child import engine_kwargs, sampling_kwargs
-from kog_backend.bench.results import RunResult
+from kog_backend.tools.fixtures import shapes
+from kog_backend.tools.bench import metrics, model_bytes, offline
+from kog_backend.tools.bench.offline_child import engine_kwargs, sampling_kwargs
+from kog_backend.tools.bench.results import RunResult
 from kog_backend.config import CONFIG_KEY, SCHEDULER_CLS, WORKER_CLS
 
 
@@ -225,7 +225,7 @@ def test_resolve_model(tmp_path, monkeypatch):
     assert (m.label, m.path, m.shape) == ("my-model", str(ckpt), None)
     # a shape whose checkpoint is complete (marker present) is used as it is
     monkeypatch.setenv("KOG_CHECKPOINT_DIR", str(tmp_path / "ckpts"))
-    from kog_backend import checkpoints
+    from kog_backend.tools.fixtures import checkpoints
 
     d = checkpoints.default_checkpoint_dir("tiny-llama")
     os.makedirs(d)

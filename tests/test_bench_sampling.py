@@ -1,11 +1,11 @@
-"""`kog bench` sampling helpers (kog_backend/bench/sampling.py): the fields set, what is named as in force, the
+"""`kog bench` sampling helpers (kog_backend/tools/bench/sampling.py): the fields set, what is named as in force, the
 header's wording, on vLLM's own SamplingParams where it matters."""
 
 from __future__ import annotations
 
 import pytest
 
-from kog_backend.bench import sampling as S
+from kog_backend.tools.bench import sampling as S
 
 
 def _params(**kw):

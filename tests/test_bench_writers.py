@@ -12,10 +12,10 @@ import random
 import pytest
 
 from kog_backend.config import DEFAULT_TOKENS_PER_STEP
-from kog_backend.bench import offline
-from kog_backend.bench.results import SCHEMA, BenchReport, ModelResult, RunResult
-from kog_backend.bench.table import format_table, markdown_table
-from kog_backend.commands import bench as bench_cmd
+from kog_backend.tools.bench import offline
+from kog_backend.tools.bench.results import SCHEMA, BenchReport, ModelResult, RunResult
+from kog_backend.tools.bench.table import format_table, markdown_table
+from kog_backend.tools.commands import bench as bench_cmd
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -110,7 +110,7 @@ def test_table_and_chart_name_non_default_engine_arguments(tmp_path):
     text = format_table(rep)
     assert 'engine arguments on both sides: {"enforce_eager": true}' in text
     assert 'kog options: {"step_impl": "monokernel"}' in text
-    from kog_backend.bench.chart import write_chart
+    from kog_backend.tools.bench.chart import write_chart
 
     path = str(tmp_path / "eager.png")
     assert write_chart(rep, path) == path and os.path.getsize(path) > 5000
@@ -142,7 +142,7 @@ def _png_pixels(path):
 
 
 def test_chart_png(tmp_path):
-    from kog_backend.bench.chart import COLORS, write_chart
+    from kog_backend.tools.bench.chart import COLORS, write_chart
 
     path = str(tmp_path / "bench.png")
     assert write_chart(fake_report(), path) == path
@@ -158,7 +158,7 @@ def test_chart_png(tmp_path):
 
 
 def test_chart_png_without_results(tmp_path):
-    from kog_backend.bench.chart import write_chart
+    from kog_backend.tools.bench.chart import write_chart
 
     empty = BenchReport(kind="offline", date="2026-12-02", commit="x")
     write_chart(empty, str(tmp_path / "empty.png"))
@@ -182,8 +182,8 @@ def _engine_sampling(spec, gen: dict) -> dict:
     """What an engine process reports of its sampling (offline_child.sampling_record), with vLLM's SamplingParams."""
     from vllm import SamplingParams
 
-    from kog_backend.bench.offline_child import sampling_kwargs
-    from kog_backend.bench.sampling import FIELDS, NEUTRAL
+    from kog_backend.tools.bench.offline_child import sampling_kwargs
+    from kog_backend.tools.bench.sampling import FIELDS, NEUTRAL
 
     defaults = {k: v for k, v in {**NEUTRAL, **gen}.items() if k in FIELDS}  # LLM.get_default_sampling_params()
     sp = SamplingParams(**sampling_kwargs(spec, spec["new_tokens"] + 1, defaults))
@@ -215,7 +215,7 @@ def _fake_child(kog_steps: int, kog_tokens_differ: bool = False, gen_of=lambda p
 def test_command_end_to_end(tmp_path, monkeypatch):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    from kog_backend import shapes
+    from kog_backend.tools.fixtures import shapes
 
     (ckpt / "config.json").write_text(json.dumps(shapes.get_shape("tiny-llama")))
     run_child, calls = _fake_child(kog_steps=4 * 64)
@@ -252,7 +252,7 @@ def test_command_end_to_end(tmp_path, monkeypatch):
 def test_command_exit_status_when_kog_never_ran(tmp_path, monkeypatch, capsys):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    from kog_backend import shapes
+    from kog_backend.tools.fixtures import shapes
 
     (ckpt / "config.json").write_text(json.dumps(shapes.get_shape("tiny-llama")))
     run_child, _ = _fake_child(kog_steps=0, kog_tokens_differ=True)
@@ -263,7 +263,7 @@ def test_command_exit_status_when_kog_never_ran(tmp_path, monkeypatch, capsys):
 
 
 def _ckpt(tmp_path, name: str = "ckpt", shape: str = "tiny-llama"):
-    from kog_backend import shapes
+    from kog_backend.tools.fixtures import shapes
 
     d = tmp_path / name
     d.mkdir()
@@ -362,7 +362,7 @@ def test_engines_that_disagree_on_sampling_are_flagged():
 def test_command_only_stock(tmp_path, monkeypatch):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    from kog_backend import shapes
+    from kog_backend.tools.fixtures import shapes
 
     (ckpt / "config.json").write_text(json.dumps(shapes.get_shape("tiny-llama")))
     run_child, calls = _fake_child(kog_steps=1)
@@ -403,7 +403,7 @@ def _render_module():
 
 
 def test_render_performance(tmp_path):
-    from kog_backend.bench.chart import write_chart
+    from kog_backend.tools.bench.chart import write_chart
 
     render = _render_module()
     old, new = fake_report(seed=1), fake_report(seed=2)

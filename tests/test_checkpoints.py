@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from safetensors import safe_open  # noqa: E402
 
-from kog_backend import checkpoints, shapes  # noqa: E402
+from kog_backend.tools.fixtures import checkpoints, shapes  # noqa: E402
 
 TINY = ("tiny-llama", "tiny-qwen3")
 
@@ -290,7 +290,7 @@ def test_default_checkpoint_dir(monkeypatch, tmp_path):
 
 
 def test_make_checkpoint_command(tmp_path, capsys):
-    from kog_backend.commands import make_checkpoint
+    from kog_backend.tools.commands import make_checkpoint
 
     p = argparse.ArgumentParser()
     make_checkpoint.add_arguments(p)

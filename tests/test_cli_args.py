@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from kog_backend.cli_args import KogSelectionError, add_backend_arguments, apply_backend_selection
+from kog_backend.engine.cli_args import KogSelectionError, add_backend_arguments, apply_backend_selection
 from kog_backend.config import SCHEDULER_CLS, WORKER_CLS
 from vllm_cli_helpers import import_kog_platform, parse_error, serve_parser, use_platform, vllm_cli_parser
 

@@ -30,7 +30,7 @@ def test_defaults():
 
 
 def test_worker_cls_names_the_kog_worker():
-    assert WORKER_CLS == "kog_backend.worker.KogWorker"
+    assert WORKER_CLS == "kog_backend.engine.worker.KogWorker"
     assert CONFIG_KEY == "kog"
 
 

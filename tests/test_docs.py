@@ -12,8 +12,8 @@ import shlex
 
 import pytest
 
-from kog_backend import eligibility
-from kog_backend.cli import build_parser
+from kog_backend.path import eligibility
+from kog_backend.tools.cli import build_parser
 from kog_backend.config import KogConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -119,7 +119,7 @@ def _readme_figures() -> list[dict[str, str]]:
 
 def test_readme_figures_match_their_results():
     """The README's table of current figures is the kog bench JSON of the folders it links, figure for figure."""
-    from kog_backend.bench.results import BenchReport
+    from kog_backend.tools.bench.results import BenchReport
 
     rows = _readme_figures()
     assert len(rows) >= 3

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from kog_backend import eligibility
-from kog_backend.commands import doctor as doctor_cmd
-from kog_backend.doctor import checks, features, report
-from kog_backend.doctor.probe import GpuInfo, P2PResult, Probe
+from kog_backend.path import eligibility
+from kog_backend.tools.commands import doctor as doctor_cmd
+from kog_backend.tools.doctor import checks, features, report
+from kog_backend.tools.doctor.probe import GpuInfo, P2PResult, Probe
 
 H200 = GpuInfo(0, "NVIDIA H200", (9, 0), 139.8)
 

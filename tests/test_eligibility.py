@@ -9,8 +9,8 @@ import torch
 from vllm.sampling_params import SamplingParams, StructuredOutputsParams
 from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
 
-from kog_backend import eligibility
-from kog_backend.eligibility import REQUEST_FEATURES, SERVER_FEATURES
+from kog_backend.path import eligibility
+from kog_backend.path.eligibility import REQUEST_FEATURES, SERVER_FEATURES
 
 
 def _new_req(req_id: str, sp: SamplingParams | None = None) -> NewRequestData:

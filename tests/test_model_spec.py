@@ -7,7 +7,7 @@ import types
 import pytest
 import torch
 
-from kog_backend import model_spec
+from kog_backend.path import model_spec
 
 
 def _config(**hf):

@@ -15,7 +15,11 @@ import re
 import pytest
 import torch
 
-from kog_backend import model_spec, ops, sampling, torch_step
+from kog_backend import ops
+
+from kog_backend.path import model_spec
+
+from kog_backend.reference import sampling, torch_step
 from kog_backend.monokernel import layout, plan, reference
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -12,8 +12,8 @@ import dataclasses
 import pytest
 import torch
 
-from kog_backend import torch_step
-from kog_backend.model_spec import LayerWeights
+from kog_backend.reference import torch_step
+from kog_backend.path.model_spec import LayerWeights
 from kog_backend.monokernel import layout, reference, synthetic
 from kog_backend.monokernel.tp import shard_decoder, shard_kv_caches, tp_buffer_layout, tp_unsupported_reason
 

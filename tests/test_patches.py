@@ -1,4 +1,4 @@
-"""Drift guard for patches/ and for the vLLM hooks kog relies on (registry: kog_backend/patches.py).
+"""Drift guard for patches/ and for the vLLM hooks kog relies on (registry: kog_backend/engine/patches.py).
 
 Fails when a recorded symbol of the installed vLLM no longer hashes as recorded, or when a diff no longer
 applies with zero fuzz. Then proves that patches/0001 works: applied to an overlay of the installed vLLM, every
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from kog_backend import patches
+from kog_backend.engine import patches
 
 ROOT = Path(__file__).resolve().parents[1]
 DIFFS = [e for e in patches.PATCHES if e.kind == "diff"]
@@ -167,8 +167,8 @@ def _overlay(site_root: Path, entry, dest: Path) -> Path:
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: kog-test-backends\nVersion: 0\n")
     (dist / "entry_points.txt").write_text(
-        "[vllm.execution_backends]\nkog = kog_backend.plugin:execution_backend\n"
-        "twice = kog_backend.plugin:execution_backend\n")
+        "[vllm.execution_backends]\nkog = kog_backend.engine.plugin:execution_backend\n"
+        "twice = kog_backend.engine.plugin:execution_backend\n")
     dist2 = dest / "kog_test_backends2-0.dist-info"
     dist2.mkdir()
     (dist2 / "METADATA").write_text("Metadata-Version: 2.1\nName: kog-test-backends2\nVersion: 0\n")

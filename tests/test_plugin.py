@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from kog_backend import plugin
+from kog_backend.engine import plugin
 from kog_backend.config import WORKER_CLS
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA = "vllm.platforms.cuda.CudaPlatform"
 EXPECTED = {
-    "vllm.general_plugins": "kog_backend.plugin:register",
-    "vllm.platform_plugins": "kog_backend.plugin:register_platform",
-    "vllm.execution_backends": "kog_backend.plugin:execution_backend",
+    "vllm.general_plugins": "kog_backend.engine.plugin:register",
+    "vllm.platform_plugins": "kog_backend.engine.plugin:register_platform",
+    "vllm.execution_backends": "kog_backend.engine.plugin:execution_backend",
 }
 
 
@@ -215,7 +215,7 @@ def test_kog_platform_is_a_thin_subclass_of_vllm_cuda_platform(monkeypatch, requ
 
 def test_kog_platform_source_subclasses_vllm_cuda_platform_alias():
     # vllm.platforms.cuda.CudaPlatform is NvmlCudaPlatform or NonNvmlCudaPlatform, as vLLM chose at import.
-    source = (ROOT / "kog_backend" / "platform.py").read_text()
+    source = (ROOT / "kog_backend" / "engine" / "platform.py").read_text()
     assert "from vllm.platforms.cuda import CudaPlatform\n" in source
     assert "class KogCudaPlatform(CudaPlatform):" in source
 
@@ -233,8 +233,8 @@ def _run(code: str) -> str:
 def test_importing_kog_modules_imports_neither_torch_nor_vllm():
     out = _run("""
         import sys
-        import kog_backend, kog_backend.plugin, kog_backend.cli_args, kog_backend.config, kog_backend.patches
-        import kog_backend.cli
+        import kog_backend, kog_backend.engine.plugin, kog_backend.engine.cli_args, kog_backend.config, kog_backend.engine.patches
+        import kog_backend.tools.cli
         heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "vllm", "numpy", "transformers"))
         print(heavy)
     """)
@@ -248,7 +248,7 @@ def test_plugin_calls_import_nothing_beyond_what_vllm_already_has():
         import vllm.platforms, vllm.logger
         vllm.platforms.cuda_platform_plugin()
         before = set(sys.modules)
-        from kog_backend import plugin
+        from kog_backend.engine import plugin
         plugin.register(); plugin.register()
         plugin.register_platform(); plugin.register_platform()
         print(sorted(m for m in set(sys.modules) - before if not m.startswith("kog_backend")))

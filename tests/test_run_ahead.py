@@ -1,11 +1,11 @@
-"""kog_backend.run_ahead on the CPU: which burst comes next, which launch a step takes, what abandoning writes."""
+"""kog_backend.path.run_ahead on the CPU: which burst comes next, which launch a step takes, what abandoning writes."""
 
 from __future__ import annotations
 
 import torch
 
-from kog_backend.counters import StepCounters
-from kog_backend.run_ahead import BurstKey, PlannedLaunch, RunAhead, blocks_needed, next_burst_key
+from kog_backend.path.counters import StepCounters
+from kog_backend.path.run_ahead import BurstKey, PlannedLaunch, RunAhead, blocks_needed, next_burst_key
 
 
 class FakeMonokernel:

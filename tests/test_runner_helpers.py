@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from vllm.sampling_params import SamplingParams
 
-from kog_backend.eligibility import BurstSampling, burst_sampling
-from kog_backend.runner import _stop_ids, burst_length
+from kog_backend.path.eligibility import BurstSampling, burst_sampling
+from kog_backend.engine.runner import _stop_ids, burst_length
 
 
 @pytest.mark.parametrize(
@@ -97,9 +97,9 @@ def test_effective_tokens_per_step(kog, sched, async_, want, level, monkeypatch)
 
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    from kog_backend import runner
+    from kog_backend.engine import runner
     from kog_backend.config import KogConfig
-    from kog_backend.scheduler import KogScheduler
+    from kog_backend.engine.scheduler import KogScheduler
 
     logged = []
     monkeypatch.setattr(runner.logger, "info", lambda *a, **k: logged.append("INFO"))

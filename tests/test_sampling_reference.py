@@ -1,4 +1,4 @@
-"""kog_backend.sampling against vLLM 0.26's own V2 sampling kernels, run on the CPU by Triton's interpreter.
+"""kog_backend.reference.sampling against vLLM 0.26's own V2 sampling kernels, run on the CPU by Triton's interpreter.
 
 One child process (tests/sampling_vllm_interp.py) runs vLLM's `_temperature_kernel`, `_min_p_kernel`,
 `apply_top_k_top_p_pytorch` and `_gumbel_sample_kernel`, plus probes of `tl.philox`, `tl.randint4x`,
@@ -26,7 +26,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 pytest.importorskip("vllm")
 
-from kog_backend import sampling as S  # noqa: E402
+from kog_backend.reference import sampling as S  # noqa: E402
 
 SEED = int(os.environ.get("KOG_TEST_SEED", random.randrange(2**31)))
 CHILD = Path(__file__).with_name("sampling_vllm_interp.py")

@@ -14,7 +14,7 @@ K = 4
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    from kog_backend.checkpoints import write_checkpoint
+    from kog_backend.tools.fixtures.checkpoints import write_checkpoint
 
     out = tmp_path_factory.mktemp("ckpt") / "tiny-llama"
     write_checkpoint("tiny-llama", str(out), seed=0, device="cpu")
@@ -28,13 +28,13 @@ def make_scheduler(checkpoint, monkeypatch):
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
 
-    from kog_backend.scheduler import KogScheduler
+    from kog_backend.engine.scheduler import KogScheduler
 
     def make(tokens_per_step=K, num_blocks=64, run_ahead=False, step_impl="auto"):
         mc = ModelConfig(model=checkpoint, max_model_len=512, dtype="bfloat16", skip_tokenizer_init=True)
         sc = SchedulerConfig.default_factory(
             max_model_len=512, max_num_seqs=8, max_num_batched_tokens=2048, async_scheduling=False,
-            scheduler_cls="kog_backend.scheduler.KogScheduler",
+            scheduler_cls="kog_backend.engine.scheduler.KogScheduler",
         )
         vc = VllmConfig(
             model_config=mc, cache_config=CacheConfig(block_size=BLOCK), scheduler_config=sc,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kog_backend import shapes
+from kog_backend.tools.fixtures import shapes
 
 REAL = ("llama-3.2-1b", "qwen3-1.7b", "llama-3.1-8b")
 

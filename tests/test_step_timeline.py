@@ -1,11 +1,11 @@
-"""kog_backend.step_timeline on the CPU (the CUDA events replaced by host clocks) and its line in kog bench's table."""
+"""kog_backend.path.step_timeline on the CPU (the CUDA events replaced by host clocks) and its line in kog bench's table."""
 
 from __future__ import annotations
 
-from kog_backend.bench.results import RunResult
-from kog_backend.bench.table import _timelines
-from kog_backend.counters import StepCounters
-from kog_backend.step_timeline import StepTimeline
+from kog_backend.tools.bench.results import RunResult
+from kog_backend.tools.bench.table import _timelines
+from kog_backend.path.counters import StepCounters
+from kog_backend.path.step_timeline import StepTimeline
 
 
 class FakeEvent:
@@ -27,7 +27,7 @@ class FakeEvent:
 
 
 def test_summary_medians(monkeypatch):
-    import kog_backend.step_timeline as mod
+    import kog_backend.path.step_timeline as mod
 
     monkeypatch.setattr(mod.torch.cuda, "Event", FakeEvent)
     host = iter([0.0, 0.0005, 0.003, 0.0035, 0.006, 0.0065])  # three steps, 3 ms apart, 0.5 ms in the runner

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from kog_backend import shapes, tokenizer_builder as tb
+from kog_backend.tools.fixtures import shapes, tokenizer_builder as tb
 
 # One spec per distinct tokenizer layout among the shapes.
 SPECS = {}

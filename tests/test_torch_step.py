@@ -13,7 +13,8 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from hf_models import tiny_hf_model, weights_from_hf  # noqa: E402
-from kog_backend import model_spec, torch_step  # noqa: E402
+from kog_backend.path import model_spec  # noqa: E402
+from kog_backend.reference import torch_step  # noqa: E402
 
 BLOCK_SIZE = 4
 

@@ -1,7 +1,7 @@
 """Builds vLLM's real CLI parsers on a CPU machine, with or without kog's platform hook.
 
 vLLM's engine parser needs a current platform with a device type (its config defaults build a DeviceConfig),
-and kog_backend.platform imports vllm.platforms.cuda, which loads libcuda. On a CPU machine both are replaced:
+and kog_backend.engine.platform imports vllm.platforms.cuda, which loads libcuda. On a CPU machine both are replaced:
 vLLM's CpuPlatform stands in for the CUDA platform class (`stand_in_cuda_module`), and the platform instance is
 installed where vLLM looks it up (`vllm.platforms.current_platform`, and the name arg_utils bound at import).
 """
@@ -29,19 +29,19 @@ def stand_in_cuda_module() -> types.ModuleType:
 
 
 def import_kog_platform(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest):
-    """kog_backend.platform imported over the stand-in CUDA module; unloaded again after the test."""
+    """kog_backend.engine.platform imported over the stand-in CUDA module; unloaded again after the test."""
     monkeypatch.setitem(sys.modules, "vllm.platforms.cuda", stand_in_cuda_module())
-    sys.modules.pop("kog_backend.platform", None)
+    sys.modules.pop("kog_backend.engine.platform", None)
 
     def unload():
-        sys.modules.pop("kog_backend.platform", None)
+        sys.modules.pop("kog_backend.engine.platform", None)
         import kog_backend
 
         if hasattr(kog_backend, "platform"):
             delattr(kog_backend, "platform")
 
     request.addfinalizer(unload)
-    return importlib.import_module("kog_backend.platform")
+    return importlib.import_module("kog_backend.engine.platform")
 
 
 def use_platform(monkeypatch: pytest.MonkeyPatch, platform) -> None:

@@ -13,9 +13,9 @@ k = int(sys.argv[2]) if len(sys.argv) > 2 else 8
 
 llm = LLM(
     model=ckpt,
-    worker_cls="kog_backend.worker.KogWorker",
+    worker_cls="kog_backend.engine.worker.KogWorker",
     additional_config={"kog": {"tokens_per_step": k}},
-    scheduler_cls="kog_backend.scheduler.KogScheduler",  # needed for tokens_per_step > 1
+    scheduler_cls="kog_backend.engine.scheduler.KogScheduler",  # needed for tokens_per_step > 1
     async_scheduling=False,
     max_model_len=2048,
 )

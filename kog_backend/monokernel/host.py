@@ -14,7 +14,7 @@ import math
 import torch
 
 from kog_backend import ops as kog_ops
-from kog_backend.model_spec import SUPPORTED_HEAD_DIMS, DecoderWeights
+from kog_backend.path.model_spec import SUPPORTED_HEAD_DIMS, DecoderWeights
 from kog_backend.monokernel import layout
 from kog_backend.monokernel.plan import Plan, lm_rows, make_plan
 from kog_backend.monokernel.tp import tp_buffer_layout, tp_unsupported_reason
@@ -321,7 +321,7 @@ class Monokernel:
         """Up to num_tokens tokens in one launch, each fed back as the next position's input (positions
         p, p + 1, ...; slots from block_table beyond the first). Stops after a token in stop_ids (int64 GPU).
         Greedy, or with sample_seed (int64 [1] GPU: the request's vLLM sampling seed) and temperature > 0 the
-        token vLLM's sampler draws with that temperature (kog_backend.sampling, keyed by the seed and each token's
+        token vLLM's sampler draws with that temperature (kog_backend.reference.sampling, keyed by the seed and each token's
         input position; fp32 Gumbel noise), after vLLM's top_k (0: off), top_p (1: off) and min_p (0: off) as its
         SamplingStates holds them. With any of those three the launch may end before a token whose draw depends on
         vLLM's own fp32 rounding (csrc/include/kog/burst_sampling.cuh): defer_out (int32 [1] GPU, zero before the
@@ -329,7 +329,7 @@ class Monokernel:
         logits_scratch without logits_out).
         Returns (tokens int64 [num_tokens], count int32 [1]); entries past count are unspecified.
         model_table: a variant_table for benchmarks (default: this model's table).
-        Run-ahead launches (kog_backend.run_ahead; one GPU only): with launch_gate (int32 [1] GPU, written earlier on
+        Run-ahead launches (kog_backend.path.run_ahead; one GPU only): with launch_gate (int32 [1] GPU, written earlier on
         the stream) the launch does nothing, count 0, unless launch_gate[0] >= gate_min; with cancel (pinned CPU
         int64 [1]) it ends after the token in hand once cancel[0] >= cancel_id, that token stored as -1 - id."""
         if logits_out is not None and (logits_out.dim() != 2 or logits_out.shape[0] < num_tokens

@@ -13,8 +13,8 @@ import math
 
 import torch
 
-from kog_backend import torch_step
-from kog_backend.model_spec import DecoderWeights, kv_cache_view
+from kog_backend.reference import torch_step
+from kog_backend.path.model_spec import DecoderWeights, kv_cache_view
 from kog_backend.monokernel.plan import lm_rows
 
 LOG2E = math.log2(math.e)

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from kog_backend.model_spec import DecoderShape, DecoderWeights, LayerWeights, kv_cache_view
+from kog_backend.path.model_spec import DecoderShape, DecoderWeights, LayerWeights, kv_cache_view
 
 SHAPES = {
     # name: (arch, layers, hidden, heads, kv heads, head dim, intermediate, vocab, tied)

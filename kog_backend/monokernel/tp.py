@@ -14,7 +14,7 @@ import dataclasses
 
 import torch
 
-from kog_backend.model_spec import DecoderShape, DecoderWeights, LayerWeights
+from kog_backend.path.model_spec import DecoderShape, DecoderWeights, LayerWeights
 from kog_backend.monokernel import layout
 
 

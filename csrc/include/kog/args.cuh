@@ -134,7 +134,7 @@ struct StepArgs {
   const int64_t* stop_ids;     // [num_stop] or null
   const int64_t* sample_seed;  // [1] the request's vLLM sampling seed, or null: greedy
   float temperature;           // > 0 with sample_seed: Gumbel-max sampling as vLLM's sampler
-  // Run-ahead launches (kog_backend/run_ahead.py; TP = 1 only), both optional:
+  // Run-ahead launches (kog_backend/path/run_ahead.py; TP = 1 only), both optional:
   const int32_t* launch_gate;  // [1] device, or null: the launch produces nothing (no token, no cache or counter
                                // write; num_out untouched) unless launch_gate[0] >= gate_min. Read once at entry:
                                // written by an earlier kernel of the stream, so visible (stream order).

@@ -1,5 +1,5 @@
 // Top-k, top-p and min-p inside a K-token burst: vLLM 0.26's filtered Gumbel-max draw (sampling.cuh), decided
-// across the grid without sorting the vocabulary. Torch reference of the same schedule: kog_backend/sampling.py
+// across the grid without sorting the vocabulary. Torch reference of the same schedule: kog_backend/reference/sampling.py
 // (burst_cut, burst_token).
 //
 // vLLM keeps a suffix of the row's ascending (value, column) order (min_p, then top-k, then top-p over the
@@ -16,7 +16,7 @@
 //   3. every block's best score among its rows at levels >= cand, tagged with level >= sure; the grid's best
 //      (the LM counter's last block, monokernel.cuh) is vLLM's token when tagged. Otherwise its fate depends on
 //      vLLM's fp32 rounding, or on which columns of a level vLLM's top-p splits: the launch ends before that token
-//      ("deferred") and the host draws it with vLLM's own sampler from this token's logits (kog_backend/runner.py).
+//      ("deferred") and the host draws it with vLLM's own sampler from this token's logits (kog_backend/engine/runner.py).
 // Only one block reads the grid's bins and histogram: it zeroes the bins itself, every block zeroes its share of
 // the histogram once the cut is published, so both are zero again before the next token's first add.
 #pragma once

@@ -1,5 +1,5 @@
 // Triton's random stream as vLLM 0.26's Gumbel sampler draws it (triton/language/random.py, vLLM
-// v1/worker/gpu/sample/gumbel.py), bit for bit; torch reference: kog_backend/sampling.py.
+// v1/worker/gpu/sample/gumbel.py), bit for bit; torch reference: kog_backend/reference/sampling.py.
 //   Philox4x32-10 = Random123's philox4x32 with 10 rounds (counter c0..c3, key k0, k1; word 0 is tl.randint);
 //   row key   = tl.randint(int64 seed, int64 position): key (seed lo, seed hi), counter (pos lo, pos hi, 0, 0);
 //   column    = tl.randint4x(row key, int32 col): key (row key, 0), counter (col, 0, 0, 0);

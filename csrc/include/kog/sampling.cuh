@@ -1,4 +1,4 @@
-// vLLM 0.26's V2 sampling on the GPU, bit for bit (torch reference of the same steps: kog_backend/sampling.py).
+// vLLM 0.26's V2 sampling on the GPU, bit for bit (torch reference of the same steps: kog_backend/reference/sampling.py).
 //
 // What is reproduced, per row of bf16 logits x[V] sampled at `position` with the request's int64 `seed`:
 //   temperature  x = bf16_rn(div.full.f32(float(x), t)) unless t == 0 or t == 1 (vLLM _temperature_kernel writes

@@ -1,0 +1,339 @@
+"""`kog bench` offline mode: stock vLLM, then kog, each in its own process, same settings, one table.
+
+The parent imports neither torch nor vLLM (it never holds GPU memory); each child
+(`offline_child.py`) measures the copy bandwidth, starts one `vllm.LLM`, and times generate calls. The parent
+turns the raw timings into figures (`finalize_row`), compares kog's greedy tokens with stock's, and writes
+JSON, PNG and the table. Sampling: by default none is set, so each engine runs what vLLM gives a request that
+sets none (the model's generation config; bench/sampling.py); the engines report the settings in force.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import select
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import kog_backend
+from kog_backend.tools.bench import metrics, model_bytes, sampling
+from kog_backend.tools.bench.results import IMPLS, BenchReport, ModelResult, RunResult
+
+PROMPT_ID_LIMIT = 10000  # random prompt ids are drawn below this (as `vllm bench latency`) or the vocabulary
+MAX_MODEL_LEN_SLACK = 256  # positions beyond prompt + new tokens (room for K tokens per step)
+CHILD_MODULE = "kog_backend.tools.bench.offline_child"
+EXIT_GRACE_S = 90.0  # after the child reports its result, time for vLLM's shutdown before the process group is ended
+
+
+@dataclasses.dataclass
+class Settings:
+    models: list[str]
+    prompt_len: int = 32
+    new_tokens: int = 512
+    tokens_per_step: int | None = None
+    greedy: bool = False  # --greedy: temperature 0 (in sampling_overrides)
+    sampling_overrides: dict[str, Any] = dataclasses.field(default_factory=dict)  # fields over the generation config
+    sampling_seed: int | None = None
+    tp: int = 1
+    reps: int = 3
+    warmup: int = 1
+    stat: str = "best"
+    only: str | None = None  # "stock" | "kog"
+    out: str = "kog-bench"
+    engine_args: dict[str, Any] = dataclasses.field(default_factory=dict)
+    kog_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    timeout_s: float = 900.0
+    verbose: bool = False
+    commit: str | None = None
+    seed: int = 0  # prompt token ids
+
+    def impls(self) -> list[str]:
+        return [self.only] if self.only else list(IMPLS)
+
+    def public(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        for k in ("models", "out", "verbose", "commit", "timeout_s"):
+            d.pop(k)
+        d["sampling"] = {"greedy": d.pop("greedy"), "overrides": d.pop("sampling_overrides"), "seed": d.pop("sampling_seed")}
+        return d
+
+
+@dataclasses.dataclass
+class ResolvedModel:
+    label: str
+    path: str
+    shape: str | None
+
+
+def resolve_model(name: str, create: bool = True, log=print) -> ResolvedModel:
+    """A checkpoint directory (with config.json), or an embedded shape name whose random-weight checkpoint
+    is written to its default directory (`checkpoints.default_checkpoint_dir`, $KOG_CHECKPOINT_DIR) when
+    missing."""
+    if os.path.isdir(name):
+        if not os.path.isfile(os.path.join(name, "config.json")):
+            raise ValueError(f"{name} is a directory without config.json, not a checkpoint")
+        return ResolvedModel(os.path.basename(os.path.normpath(name)), os.path.abspath(name), None)
+    from kog_backend.tools.fixtures import shapes
+
+    if name not in shapes.SHAPES:
+        raise ValueError(f"{name!r} is neither a checkpoint directory nor an embedded shape ({', '.join(shapes.shape_names())})")
+    from kog_backend.tools.fixtures import checkpoints
+
+    path = checkpoints.default_checkpoint_dir(name)
+    if not checkpoints.is_current(path, name, seed=0):
+        if not create:
+            raise ValueError(f"no current checkpoint for shape {name} at {path}")
+        if checkpoints.read_marker(path) is None:  # the marker is written last: no marker, no complete checkpoint
+            log(f"writing the random-weight {name} checkpoint to {path} (once) ...")
+        else:  # e.g. written before its generation config changed: write_checkpoint keeps the weights if it can
+            log(f"bringing the {name} checkpoint at {path} up to date ...")
+        # In a child process, so that the GPU memory it draws the weights with is released before the engines.
+        code = f"from kog_backend.tools.fixtures.checkpoints import write_checkpoint; write_checkpoint({name!r}, {path!r}, seed=0)"
+        done = subprocess.run([sys.executable, "-c", code])
+        if done.returncode != 0 or not checkpoints.is_current(path, name, seed=0):
+            raise RuntimeError(f"writing the {name} checkpoint to {path} failed (status {done.returncode})")
+    return ResolvedModel(name, path, name)
+
+
+def prompt_token_ids(vocab_size: int, prompt_len: int, seed: int = 0) -> list[int]:
+    rng = random.Random(seed)
+    hi = min(vocab_size, PROMPT_ID_LIMIT)
+    return [rng.randrange(hi) for _ in range(prompt_len)]
+
+
+def max_model_len(cfg: dict[str, Any], s: Settings) -> int:
+    want = s.prompt_len + s.new_tokens + 1 + MAX_MODEL_LEN_SLACK
+    want = -(-want // 16) * 16
+    limit = int(cfg.get("max_position_embeddings") or want)
+    if s.prompt_len + s.new_tokens + 1 > limit:
+        raise ValueError(f"prompt {s.prompt_len} + {s.new_tokens} new tokens exceed the model's {limit} positions")
+    return min(want, limit)
+
+
+def finalize_row(row: RunResult, s: Settings, bytes_per_token: float | None) -> RunResult:
+    """Figures from the raw timings (pure; see metrics.py for the formulas)."""
+    if not row.ok:
+        return row
+    try:
+        t_one = metrics.reduce_times(row.times_one_s, s.stat)
+        t_full = metrics.reduce_times(row.times_full_s, s.stat)
+        row.ms_per_token = metrics.ms_per_token(t_full, t_one, s.new_tokens)
+    except ValueError as e:
+        row.ok, row.error = False, f"timings unusable: {e}"
+        return row
+    row.tok_s = metrics.tok_per_s(row.ms_per_token)
+    row.ttft_ms = t_one * 1e3
+    if bytes_per_token:
+        achieved = metrics.achieved_bytes_per_s(bytes_per_token, row.tok_s)
+        row.gbps = achieved / 1e9
+        if row.copy_gbps:
+            row.bw_share = metrics.share_of_copy(achieved, row.copy_gbps * 1e9, s.tp)
+            row.floor_tok_s = metrics.floor_tok_per_s(bytes_per_token, row.copy_gbps * 1e9, s.tp)
+    if row.impl == "kog":
+        _check_kog_counters(row, s)
+    return row
+
+
+def _check_kog_counters(row: RunResult, s: Settings) -> None:
+    if not row.counters:
+        row.warnings.append("no kog counters: cannot tell whether the kog path ran")
+        return
+    c = row.counters[0]  # every TP rank takes the same decisions
+    decode_tokens = (s.warmup + s.reps) * s.new_tokens
+    row.kog_token_share = int(c.get("kog_tokens", 0)) / decode_tokens if decode_tokens else None
+    if int(c.get("kog_steps", 0)) <= 0:
+        reasons = ", ".join(f"{k} x{v}" for k, v in (c.get("fallbacks") or {}).items()) or "none recorded"
+        why = f"; kog disabled: {c['disabled_reason']}" if c.get("disabled_reason") else ""
+        row.warnings.append(f"kog steps = 0: this row measured stock vLLM, not the kog path (fallbacks: {reasons}{why})")
+    elif row.kog_token_share is not None and row.kog_token_share < 0.95:
+        row.warnings.append(f"only {100 * row.kog_token_share:.0f}% of decoded tokens ran on the kog path")
+
+
+def model_sampling(result: ModelResult) -> dict[str, Any] | None:
+    """The sampling in force for a model, as its engines reported it; a warning on each row whose engine ran
+    other settings than the first (stock and kog read the same checkpoint: they should never differ)."""
+    reported = [r for r in result.rows if r.sampling]
+    if not reported:
+        return None
+    first = reported[0].sampling
+    for r in reported[1:]:
+        if r.sampling != first:
+            r.warnings.append(f"sampling in force {r.sampling} differs from the {reported[0].impl} engine's {first}")
+    return first
+
+
+def compare_tokens(stock: RunResult | None, kog: RunResult | None) -> tuple[bool | None, int | None]:
+    if not (stock and kog and stock.ok and kog.ok and stock.output_token_ids and kog.output_token_ids):
+        return None, None
+    a, b = stock.output_token_ids, kog.output_token_ids
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return False, i
+    if len(a) != len(b):
+        return False, min(len(a), len(b))
+    return True, None
+
+
+def _progress_bar(desc: str):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=1, desc=desc, unit="step", leave=True, dynamic_ncols=True)
+
+
+def run_child(spec: dict[str, Any], out_dir: str, tag: str, timeout_s: float, verbose: bool) -> tuple[RunResult, dict[str, Any]]:
+    """Runs one engine in `python -m kog_backend.tools.bench.offline_child`; its spec, result, log and kog counters
+    go to out_dir/logs/."""
+    out_dir = os.path.join(out_dir, "logs")
+    os.makedirs(out_dir, exist_ok=True)
+    spec_path = os.path.join(out_dir, f"{tag}.spec.json")
+    res_path = os.path.join(out_dir, f"{tag}.result.json")
+    log_path = os.path.join(out_dir, f"{tag}.log")
+    with open(spec_path, "w") as f:
+        json.dump(spec, f)
+    if os.path.exists(res_path):
+        os.remove(res_path)
+    env = dict(os.environ)
+    env["KOG_STATE_DIR"] = os.path.join(os.path.abspath(out_dir), f"state-{tag}")  # this engine's counters on disk
+    env["PYTHONUNBUFFERED"] = "1"
+    # The child imports kog_backend from where this process did, installed or not.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(kog_backend.__file__)))  # above the package
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    rfd, wfd = os.pipe()
+    cmd = [sys.executable, "-m", CHILD_MODULE, spec_path, res_path, "--progress-fd", str(wfd)]
+    bar = _progress_bar(tag)
+    with open(log_path, "w") as log:
+        out = None if verbose else log
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if out else None, pass_fds=(wfd,), env=env, start_new_session=True)
+        os.close(wfd)
+        deadline = time.monotonic() + timeout_s
+        buf = b""
+        timed_out = False
+        try:
+            while proc.poll() is None:
+                if time.monotonic() > deadline:
+                    timed_out = True
+                    _stop(proc)
+                    break
+                ready, _, _ = select.select([rfd], [], [], 0.5)
+                if ready:
+                    chunk = os.read(rfd, 4096)
+                    buf += chunk
+                    *lines, buf = buf.split(b"\n")
+                    for line in lines:
+                        text = line.decode(errors="replace")
+                        _on_progress(bar, text)
+                        if text == "done":  # result written; an engine that hangs in shutdown gets EXIT_GRACE_S
+                            deadline = min(deadline, time.monotonic() + EXIT_GRACE_S)
+        except KeyboardInterrupt:
+            _stop(proc)
+            raise
+        finally:
+            os.close(rfd)
+            if bar is not None:
+                bar.close()
+    host: dict[str, Any] = {}
+    if os.path.exists(res_path):
+        with open(res_path) as f:
+            data = json.load(f)
+        row, host = RunResult.from_dict(data["row"]), data.get("host") or {}
+        if timed_out:
+            row.warnings.append(f"the engine process did not exit within {EXIT_GRACE_S:.0f} s of its result and was ended")
+    else:
+        why = f"timed out after {timeout_s:.0f} s" if timed_out else f"exited with status {proc.returncode} before writing a result"
+        row = RunResult(impl=spec["impl"], ok=False, error=f"{tag} {why}")
+    if not row.ok and not verbose:
+        print(f"--- {tag} failed; last lines of {log_path}:", file=sys.stderr)
+        print(_tail(log_path, 25), file=sys.stderr)
+    return row, host
+
+
+def _on_progress(bar: Any, line: str) -> None:
+    if bar is None or not line:
+        return
+    kind, _, rest = line.partition(" ")
+    if kind == "total":
+        bar.total = int(rest)
+        bar.refresh()
+    elif kind == "step":
+        bar.set_postfix_str(rest)
+        bar.update(1)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Ends the child and the engine processes it started (its own process group)."""
+    for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _tail(path: str, n: int) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:]).rstrip()
+    except OSError:
+        return "(no log)"
+
+
+def run_offline(s: Settings, log=print) -> BenchReport:
+    from kog_backend import __version__
+    from kog_backend.tools.bench import environment
+
+    os.makedirs(s.out, exist_ok=True)
+    report = BenchReport(kind="offline", date=environment.utc_now(), commit=environment.commit(s.commit), kog_version=__version__)
+    report.settings = s.public()
+    report.host = {"vllm": environment.package_version("vllm"), "torch": environment.package_version("torch")}
+    log(f"sampling: {sampling.request_text(report.settings['sampling'])}")
+    # Every model and its spec first, so that a bad name or length fails before any engine runs.
+    plans = []
+    for m in (resolve_model(name, log=log) for name in s.models):
+        cfg = model_bytes.load_config(m.path)
+        result = ModelResult(model=m.label, path=m.path)
+        result.weight_bytes_per_token = model_bytes.weight_bytes_per_token(cfg)
+        result.kv_bytes_per_token = model_bytes.mean_kv_bytes_per_token(cfg, s.prompt_len, s.new_tokens)
+        spec_common = {
+            "model_path": m.path,
+            "prompt_token_ids": prompt_token_ids(int(cfg["vocab_size"]), s.prompt_len, s.seed),
+            "max_model_len": max_model_len(cfg, s),
+            "new_tokens": s.new_tokens,
+            "sampling_overrides": s.sampling_overrides,
+            "sampling_seed": s.sampling_seed,
+            "tp": s.tp,
+            "reps": s.reps,
+            "warmup": s.warmup,
+            "tokens_per_step": s.tokens_per_step,
+            "kog_options": s.kog_options,
+            "engine_args": s.engine_args,
+        }
+        plans.append((m, result, spec_common))
+    for m, result, spec_common in plans:
+        for impl in s.impls():
+            tag = f"{_safe(m.label)}-{impl}"
+            row, host = run_child({**spec_common, "impl": impl}, s.out, tag, s.timeout_s, s.verbose)
+            if host:
+                report.host.update(host)
+            result.rows.append(finalize_row(row, s, result.bytes_per_token))
+        stock, kog = result.row("stock"), result.row("kog")
+        result.speedup = metrics.speedup(kog.tok_s if kog and kog.ok else None, stock.tok_s if stock and stock.ok else None)
+        result.sampling = model_sampling(result)
+        if result.sampling and sampling.is_greedy(result.sampling["params"]):
+            result.tokens_match, result.first_mismatch = compare_tokens(stock, kog)
+        report.models.append(result)
+    return report
+
+
+def _safe(label: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in label)

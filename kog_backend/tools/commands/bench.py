@@ -1,0 +1,235 @@
+"""`kog bench`: stock vLLM against kog on one request; prints the table, writes JSON and a PNG.
+
+Offline (default): for each --model (a checkpoint directory or an embedded shape, whose random-weight checkpoint
+is written when missing), runs stock vLLM and then kog, each in its own process with identical settings.
+HTTP (--url, once or twice): streams completions from live `vllm serve` servers, one request at a time.
+Sampling: by default what a client that sets no sampling field gets, the model's generation config as vLLM applies
+it; `--greedy` and the sampling flags choose otherwise; the header and the JSON say which settings were in force.
+
+Exit status: 0 every row measured (and every kog row ran the kog path); 1 a row failed, or a kog row's
+counters show no kog step; 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from kog_backend.engine.cli_args import json_object
+from kog_backend.config import DEFAULT_TOKENS_PER_STEP
+
+DEFAULT_OUT = "kog-bench"
+# What the main job measures on the kog side unless told otherwise: the monokernel with K tokens per engine step.
+DEFAULT_KOG_OPTIONS = {"step_impl": "monokernel"}
+DEFAULT_K = DEFAULT_TOKENS_PER_STEP  # the server default (config.py says how it was chosen)
+
+
+def _positive(text: str) -> int:
+    v = int(text)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"{v} is not positive")
+    return v
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows defaults, except None and False (an option not given: its help says what that means)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = _HelpFormatter
+    g = p.add_argument_group("what to run")
+    g.add_argument("--model", "--shape", dest="models", action="append", metavar="DIR_OR_SHAPE",
+                   help="checkpoint directory or embedded shape name (repeatable; default llama-3.2-1b)")
+    g.add_argument("--only", choices=("stock", "kog"), help="run one side only")
+    g.add_argument("--tp", type=_positive, default=1, help="tensor-parallel size")
+    g.add_argument("--engine-args", type=json_object, default={}, metavar="JSON",
+                   help='extra vllm.LLM arguments for both sides, e.g. \'{"compilation_config": {"cudagraph_mode": "FULL_DECODE_ONLY"}}\'')
+    g.add_argument("--kog-options", type=json_object, default={}, metavar="JSON",
+                   help='additional_config["kog"] options for the kog side, over the benchmark\'s defaults '
+                        f'{json.dumps(DEFAULT_KOG_OPTIONS)} (kog\'s speed path; a server\'s own default step is '
+                        'the torch reference), e.g. \'{"step_impl": "auto"}\'')
+    g = p.add_argument_group("request")
+    g.add_argument("--prompt-len", type=_positive, default=32, help="prompt length (random token ids)")
+    g.add_argument("--new-tokens", type=_positive, default=512, help="tokens to generate (ignore_eos)")
+    g.add_argument("--tokens-per-step", "-K", type=_positive, default=None, metavar="K",
+                   help="kog: tokens generated per engine step (default: --kog-options' tokens_per_step if given, "
+                        f"else kog's own default {DEFAULT_K}, which spreads vLLM's ~1.5 ms engine step over that many "
+                        "tokens; docs/tuning.md says how it was chosen)")
+    g = p.add_argument_group(
+        "sampling",
+        "By default the requests set no sampling field, as a client that sets none: vLLM applies the model's "
+        "generation_config.json (Llama 3.x Instruct: temperature 0.6, top-p 0.9; Qwen3: temperature 0.6, top-k 20, "
+        "top-p 0.95; none in the file: vLLM's temperature 1.0). The header and the JSON say which settings were in "
+        "force. Each flag given overrides that field; --greedy is temperature 0.")
+    g.add_argument("--greedy", action="store_true", help="greedy decoding (temperature 0), as a client that sends "
+                   "temperature 0")
+    g.add_argument("--temperature", type=float, default=None, help="instead of the generation config's (0 = greedy)")
+    g.add_argument("--top-p", type=float, default=None, help="instead of the generation config's (1 = off)")
+    g.add_argument("--top-k", type=int, default=None, help="instead of the generation config's (0 = off)")
+    g.add_argument("--min-p", type=float, default=None, help="instead of the generation config's (0 = off)")
+    g.add_argument("--repetition-penalty", type=float, default=None, help="instead of the generation config's (1 = off)")
+    g.add_argument("--presence-penalty", type=float, default=None, help="0 = off (vLLM's default)")
+    g.add_argument("--frequency-penalty", type=float, default=None, help="0 = off (vLLM's default)")
+    g.add_argument("--seed", type=int, default=None, help="per-request sampling seed (default: none, as a client "
+                   "that sets none)")
+    g = p.add_argument_group("measurement")
+    g.add_argument("--reps", type=_positive, default=3, help="timed rounds (offline) ")
+    g.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
+    g.add_argument("--stat", choices=("best", "median"), default="best", help="how repeated timings are reduced")
+    g.add_argument("--timeout", type=float, default=900.0, help="seconds one engine's process may take (offline)")
+    g.add_argument("--out", default=DEFAULT_OUT, help="directory for bench.json, bench.png and the engines' logs")
+    g.add_argument("--no-chart", action="store_true", help="skip the PNG")
+    g.add_argument("--commit", default=None, help="commit to record (default $KOG_COMMIT or git)")
+    g.add_argument("--verbose", "-v", action="store_true", help="show the engines' output instead of logging it")
+    g = p.add_argument_group("HTTP mode: live servers")
+    g.add_argument("--url", dest="urls", action="append", metavar="URL",
+                   help="base URL of a running `vllm serve` (give two to A/B them)")
+    g.add_argument("--url2", dest="url2", default=None, metavar="URL", help="second server (same as a second --url)")
+    g.add_argument("--label", dest="labels", action="append", help="name of each --url in the table (default A, B)")
+    g.add_argument("--served-model", default=None, help="model name to request (default: the server's first)")
+    g.add_argument("--requests", type=_positive, default=5, help="timed requests per server")
+    g.add_argument("--max-token-id", type=_positive, default=1000, help="prompt token ids are drawn below this")
+    g.add_argument("--request-timeout", type=float, default=300.0, help="seconds per request")
+    g.add_argument("--wait-ready", type=float, default=0.0, metavar="S",
+                   help="poll each server's /health for up to S seconds before the first request")
+
+
+_GREEDY_IGNORES = ("temperature", "top_p", "top_k", "min_p")  # vLLM resets these at temperature 0
+
+
+def sampling_overrides(args: argparse.Namespace) -> dict:
+    """The sampling fields the bench sets itself (bench/sampling.py); ValueError for --greedy with a flag that
+    greedy decoding ignores."""
+    from kog_backend.tools.bench.sampling import FIELDS, overrides
+
+    explicit = {k: getattr(args, k, None) for k in FIELDS}
+    if args.greedy:
+        clash = [f"--{k.replace('_', '-')}" for k in _GREEDY_IGNORES if explicit[k] is not None]
+        if clash:
+            raise ValueError(f"--greedy is temperature 0, which ignores {', '.join(clash)}")
+    return overrides(args.greedy, **explicit)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        args.sampling_overrides = sampling_overrides(args)
+    except ValueError as e:
+        print(f"kog bench: {e}", file=sys.stderr)
+        return 2
+    urls = list(args.urls or []) + ([args.url2] if args.url2 else [])
+    if urls:
+        report = _run_http(args, urls)
+    else:
+        report = _run_offline(args)
+    if isinstance(report, int):
+        return report
+    return _write_outputs(report, args)
+
+
+def _run_offline(args: argparse.Namespace):
+    from kog_backend.tools.bench.offline import Settings, run_offline
+    from kog_backend.config import KogConfig, KogConfigError
+    from kog_backend.tools.fixtures.shapes import DEFAULT_SHAPE
+
+    kog_options = {**DEFAULT_KOG_OPTIONS, **args.kog_options}
+    # -K wins over the options' tokens_per_step; without either, kog's default.
+    k = args.tokens_per_step or kog_options.get("tokens_per_step") or DEFAULT_K
+    kog = dict(kog_options, tokens_per_step=k)
+    try:
+        KogConfig.from_dict(kog)  # the kog engine would refuse it at start; say so before any engine runs
+    except KogConfigError as e:
+        print(f"kog bench: {e}", file=sys.stderr)
+        return 2
+
+    s = Settings(
+        models=args.models or [DEFAULT_SHAPE],
+        prompt_len=args.prompt_len,
+        new_tokens=args.new_tokens,
+        tokens_per_step=k,
+        greedy=args.greedy,
+        sampling_overrides=args.sampling_overrides,
+        sampling_seed=args.seed,
+        tp=args.tp,
+        reps=args.reps,
+        warmup=args.warmup,
+        stat=args.stat,
+        only=args.only,
+        out=args.out,
+        engine_args=args.engine_args,
+        kog_options=kog_options,
+        timeout_s=args.timeout,
+        verbose=args.verbose,
+        commit=args.commit,
+    )
+    try:
+        return run_offline(s, log=lambda m: print(m, file=sys.stderr))
+    except ValueError as e:  # a model that is neither a checkpoint nor a shape, a prompt too long for it
+        print(f"kog bench: {e}", file=sys.stderr)
+        return 2
+    except (RuntimeError, FileExistsError) as e:  # the checkpoint could not be written
+        print(f"kog bench: {e}", file=sys.stderr)
+        return 1
+
+
+def _run_http(args: argparse.Namespace, urls: list[str]):
+    from kog_backend.tools.bench.http_client import HttpSettings, run_http
+
+    if args.labels and len(args.labels) != len(urls):
+        print(f"kog bench: {len(args.labels)} --label for {len(urls)} --url", file=sys.stderr)
+        return 2
+    s = HttpSettings(
+        urls=urls,
+        labels=args.labels,
+        model=args.served_model,
+        prompt_len=args.prompt_len,
+        new_tokens=args.new_tokens,
+        greedy=args.greedy,
+        sampling_overrides=args.sampling_overrides,
+        sampling_seed=args.seed,
+        requests=args.requests,
+        warmup=args.warmup,
+        max_token_id=args.max_token_id,
+        timeout_s=args.request_timeout,
+        wait_ready_s=args.wait_ready,
+    )
+    report = run_http(s)
+    if args.commit:
+        report.commit = args.commit
+    return report
+
+
+def _write_outputs(report, args: argparse.Namespace) -> int:
+    from kog_backend.tools.bench.table import format_table
+
+    os.makedirs(args.out, exist_ok=True)
+    stem = "bench" if report.kind == "offline" else "http"
+    json_path = os.path.join(args.out, f"{stem}.json")
+    report.save(json_path)
+    print(format_table(report))
+    print(f"\nJSON: {json_path}")
+    if not args.no_chart:
+        try:
+            from kog_backend.tools.bench.chart import write_chart
+
+            print(f"PNG:  {write_chart(report, os.path.join(args.out, f'{stem}.png'))}")
+        except ImportError:
+            print("PNG:  skipped (matplotlib is not installed: pip install 'kog-backend[bench]')")
+    return exit_status(report)
+
+
+def exit_status(report) -> int:
+    for m in report.models:
+        for r in m.rows:
+            if not r.ok:
+                return 1
+            if report.kind == "offline" and r.impl == "kog":
+                if not r.counters or max(int(c.get("kog_steps", 0)) for c in r.counters) <= 0:
+                    return 1
+    return 0

@@ -1,0 +1,52 @@
+"""`kog make-checkpoint`: write a random-weight checkpoint of an embedded model shape and print its path.
+
+    kog make-checkpoint                          # llama-3.2-1b, seed 0, ~/.cache/kog_backend/tools/fixtures/checkpoints/...
+    vllm serve "$(kog make-checkpoint)" --backend kog
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kog_backend.tools.fixtures import shapes
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shape", default=shapes.DEFAULT_SHAPE, choices=shapes.shape_names(),
+                   help=f"model shape (default {shapes.DEFAULT_SHAPE})")
+    p.add_argument("--out", default="", help="output directory (default $KOG_CHECKPOINT_DIR/<shape>-seed<seed> "
+                   "or ~/.cache/kog_backend/tools/fixtures/checkpoints/<shape>-seed<seed>)")
+    p.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
+    p.add_argument("--device", default="auto", help="where weights are drawn: auto (cuda if present), cuda, cpu")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--force", action="store_true", help="replace a different kog checkpoint already in --out")
+    p.add_argument("--list", action="store_true", help="list the shapes with their weight bytes per token and exit")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list:
+        for name, cfg in shapes.SHAPES.items():
+            print(f"{name:14s} {cfg['architectures'][0]:18s} {shapes.param_count(name) / 1e9:6.3f} B params  "
+                  f"{shapes.weight_bytes_per_token(name) / 1e9:6.3f} GB read per token (bf16)")
+        return 0
+
+    import torch
+
+    from kog_backend.tools.fixtures.checkpoints import write_checkpoint
+
+    try:
+        path = write_checkpoint(
+            args.shape,
+            args.out or None,
+            seed=args.seed,
+            device=args.device,
+            dtype=getattr(torch, args.dtype),
+            force=args.force,
+            log=lambda msg: print(msg, file=sys.stderr, flush=True),
+        )
+    except FileExistsError as e:
+        print(f"kog make-checkpoint: {e}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
