@@ -1,6 +1,6 @@
 """`kog make-checkpoint`: write a random-weight checkpoint of an embedded model shape and print its path.
 
-    kog make-checkpoint                          # llama-3.2-1b, seed 0, ~/.cache/kog_backend/tools/fixtures/checkpoints/...
+    kog make-checkpoint                          # llama-3.2-1b, seed 0, ~/.cache/kog_backend/checkpoints/...
     vllm serve "$(kog make-checkpoint)" --backend kog
 """
 
@@ -16,7 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shape", default=shapes.DEFAULT_SHAPE, choices=shapes.shape_names(),
                    help=f"model shape (default {shapes.DEFAULT_SHAPE})")
     p.add_argument("--out", default="", help="output directory (default $KOG_CHECKPOINT_DIR/<shape>-seed<seed> "
-                   "or ~/.cache/kog_backend/tools/fixtures/checkpoints/<shape>-seed<seed>)")
+                   "or ~/.cache/kog_backend/checkpoints/<shape>-seed<seed>)")
     p.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
     p.add_argument("--device", default="auto", help="where weights are drawn: auto (cuda if present), cuda, cpu")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
