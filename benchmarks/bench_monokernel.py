@@ -24,8 +24,8 @@ together (e.g. 'tagged_handoffs=1' makes the gate/up -> down hand-off through ta
 token: what a change at the token boundary (the LM head's argmax, the next token's first weights) moves. With
 --trace as well, where each boundary of such a launch goes (timeline.token_boundaries). --sampling
 temperature,llama,qwen3,min-p times such launches drawing as vLLM's sampler does (SAMPLING_MODES: temperature alone,
-the Llama 3.x and Qwen3 generation configs, min-p; csrc/include/kog/burst_sampling.cuh), per token computed (a launch
-that defers a token ends there: its time is divided by the tokens it computed).
+the Llama 3.x and Qwen3 generation configs, min-p, penalties; csrc/include/kog/burst_sampling.cuh, penalties.cuh),
+per token computed (a launch that defers a token ends there: its time is divided by the tokens it computed).
 """
 
 from __future__ import annotations
@@ -56,7 +56,11 @@ SAMPLING_MODES = {
     "llama": dict(temperature=0.6, top_p=0.9),
     "qwen3": dict(temperature=0.6, top_k=20, top_p=0.95),
     "min-p": dict(temperature=1.0, min_p=0.05),
+    # penalties (csrc/include/kog/penalties.cuh) with the Llama generation config, and greedy with one
+    "llama+penalties": dict(temperature=0.6, top_p=0.9, repetition_penalty=1.1, presence_penalty=1.5),
+    "greedy+repetition": dict(temperature=0.0, repetition_penalty=1.1),
 }
+PENALTY_KEYS = ("repetition_penalty", "frequency_penalty", "presence_penalty")
 
 
 def copy_bandwidth(dev, gib: float = 4.0, reps: int = 20) -> float:
@@ -131,6 +135,11 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
         kw = dict(sample_seed=seed, **f)
         if any(k in f for k in ("top_k", "top_p", "min_p")):
             kw["defer_out"] = defer
+        if any(k in f for k in PENALTY_KEYS):  # a request's PenaltiesState rows: a 200-id prompt, no outputs yet
+            v = mk.logical_vocab
+            mask = torch.zeros((v + 31) // 32, dtype=torch.int32, device=dev)
+            mask[torch.randint(0, (v + 31) // 32, (200,), device=dev)] = 1 << 5
+            kw.update(prompt_mask=mask, output_counts=torch.zeros(v, dtype=torch.int32, device=dev))
         launch = lambda: mk.generate(ids, positions, bt, slots, tokens, **kw)  # noqa: E731
         _, count = launch()
         return launch, int(count.item()) + int(defer.item())

@@ -88,7 +88,10 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
                      const std::optional<at::Tensor>& sample_seed, double temperature, int64_t tp_size,
                      const std::optional<at::Tensor>& launch_gate, int64_t gate_min,
                      const std::optional<at::Tensor>& cancel, int64_t cancel_id, int64_t top_k, double top_p,
-                     double min_p, const std::optional<at::Tensor>& defer_out) {
+                     double min_p, const std::optional<at::Tensor>& defer_out,
+                     const std::optional<at::Tensor>& prompt_mask, const std::optional<at::Tensor>& output_counts,
+                     const std::optional<at::Tensor>& burst_counts, double repetition_penalty,
+                     double frequency_penalty, double presence_penalty) {
   const at::Device dev = model_args.device();
   check_cuda(model_args, "model_args", dev);
   TORCH_CHECK(model_args.scalar_type() == at::kByte && model_args.numel() == sizeof(ModelArgs),
@@ -145,7 +148,7 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
     check_cuda(*sample_seed, "sample_seed", dev);
     TORCH_CHECK(sample_seed->scalar_type() == at::kLong && sample_seed->numel() == 1,
                 "kog monokernel: sample_seed must be int64 [1]");
-    TORCH_CHECK(temperature > 0.0, "kog monokernel: a sampled launch needs temperature > 0, got ", temperature);
+    TORCH_CHECK(temperature >= 0.0, "kog monokernel: a sampled launch needs temperature >= 0, got ", temperature);
     step.sample_seed = sample_seed->data_ptr<int64_t>();
     step.temperature = static_cast<float>(temperature);
   }
@@ -169,6 +172,37 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
     step.defer_out = defer_out->data_ptr<int32_t>();
   } else {
     step.top_p = 1.f;
+  }
+  // vLLM's penalties (penalties.cuh), fp32 as PenaltiesState holds them; all three at their neutral values = off.
+  const float rep32 = static_cast<float>(repetition_penalty), freq32 = static_cast<float>(frequency_penalty),
+              pres32 = static_cast<float>(presence_penalty);
+  if (rep32 != 1.f || freq32 != 0.f || pres32 != 0.f) {
+    TORCH_CHECK(step.sample_seed != nullptr, "kog monokernel: penalties need a sampled launch (sample_seed)");
+    TORCH_CHECK(tp_size == 1, "kog monokernel: penalties in a launch need tp_size 1");
+    TORCH_CHECK(rep32 > 0.f, "kog monokernel: repetition_penalty ", repetition_penalty, " must be > 0");
+    TORCH_CHECK(prompt_mask.has_value() && output_counts.has_value() && burst_counts.has_value(),
+                "kog monokernel: a launch with penalties needs prompt_mask, output_counts and burst_counts");
+    // burst_counts has one entry per LM-head row of the model (Monokernel allocates it with the table); vLLM's
+    // rows must cover as many.
+    check_cuda(*burst_counts, "burst_counts", dev);
+    TORCH_CHECK(burst_counts->scalar_type() == at::kInt && burst_counts->numel() >= 1,
+                "kog monokernel: burst_counts must be int32 [vocab]");
+    const int64_t vocab = burst_counts->numel();
+    check_cuda(*prompt_mask, "prompt_mask", dev);
+    TORCH_CHECK(prompt_mask->scalar_type() == at::kInt && prompt_mask->numel() >= (vocab + 31) / 32,
+                "kog monokernel: prompt_mask must be int32 [>= ", (vocab + 31) / 32, "]");
+    check_cuda(*output_counts, "output_counts", dev);
+    TORCH_CHECK(output_counts->scalar_type() == at::kInt && output_counts->numel() >= vocab,
+                "kog monokernel: output_counts must be int32 [>= ", vocab, "]");
+    step.prompt_mask = reinterpret_cast<const uint32_t*>(prompt_mask->data_ptr<int32_t>());
+    step.output_counts = output_counts->data_ptr<int32_t>();
+    step.burst_counts = burst_counts->data_ptr<int32_t>();
+    step.repetition_penalty = rep32;
+    step.frequency_penalty = freq32;
+    step.presence_penalty = pres32;
+    step.penalized = 1;
+  } else {
+    step.repetition_penalty = 1.f;
   }
   if (stop_ids.has_value() && stop_ids->numel() > 0) {
     check_cuda(*stop_ids, "stop_ids", dev);

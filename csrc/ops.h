@@ -22,7 +22,10 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
                      const std::optional<at::Tensor>& sample_seed, double temperature, int64_t tp_size,
                      const std::optional<at::Tensor>& launch_gate, int64_t gate_min,
                      const std::optional<at::Tensor>& cancel, int64_t cancel_id, int64_t top_k, double top_p,
-                     double min_p, const std::optional<at::Tensor>& defer_out);
+                     double min_p, const std::optional<at::Tensor>& defer_out,
+                     const std::optional<at::Tensor>& prompt_mask, const std::optional<at::Tensor>& output_counts,
+                     const std::optional<at::Tensor>& burst_counts, double repetition_penalty,
+                     double frequency_penalty, double presence_penalty);
 std::vector<int64_t> monokernel_layout();
 std::vector<int64_t> monokernel_config();
 

@@ -10,7 +10,7 @@ TORCH_LIBRARY(kog, m) {
 
   // --- monokernel (csrc/monokernel.cu) ---
   // KOG-MONOKERNEL-DEFS
-  // One decode step (or up to num_tokens tokens: greedy, or sampled as vLLM's sampler with its filters) of the whole model. The kernel also writes every layer's
+  // One decode step (or up to num_tokens tokens: greedy, or sampled as vLLM's sampler with its filters and penalties) of the whole model. The kernel also writes every layer's
   // KV cache and the scratch buffers through pointers in model_args (built once by kog_backend.monokernel).
   m.def(
       "monokernel_step(Tensor model_args, Tensor input_ids, Tensor positions, Tensor block_table, "
@@ -18,7 +18,9 @@ TORCH_LIBRARY(kog, m) {
       "Tensor(d!) scratch, int num_tokens, int head_dim, int heads_per_pass, int grid, int smem_bytes, "
       "Tensor? sample_seed=None, float temperature=0.0, int tp_size=1, Tensor? launch_gate=None, int gate_min=0, "
       "Tensor? cancel=None, int cancel_id=0, int top_k=0, float top_p=1.0, float min_p=0.0, "
-      "Tensor(e!)? defer_out=None) -> ()");
+      "Tensor(e!)? defer_out=None, Tensor? prompt_mask=None, Tensor? output_counts=None, "
+      "Tensor(f!)? burst_counts=None, float repetition_penalty=1.0, float frequency_penalty=0.0, "
+      "float presence_penalty=0.0) -> ()");
   m.def("monokernel_layout() -> int[]");
   m.impl("monokernel_layout", &kog::monokernel_layout);
   m.def("monokernel_config() -> int[]");

@@ -542,6 +542,94 @@ def test_filtered_burst_split_level(ties, stride):
         assert deferred >= 1, f"{ties} tied rows, {stride} apart, at the cut must defer"
 
 
+# Penalties (penalties.cuh) alone and with the generation-config filters; greedy with a repetition penalty.
+PENALTIES = [
+    dict(temperature=0.6, top_p=0.9, repetition_penalty=1.1),
+    dict(temperature=1.0, presence_penalty=1.5),
+    dict(temperature=0.6, top_k=20, top_p=0.95, repetition_penalty=1.1, presence_penalty=1.5, frequency_penalty=0.3),
+    dict(temperature=0.8, frequency_penalty=0.7, presence_penalty=-0.5),
+    dict(temperature=0.0, repetition_penalty=1.3),
+]
+_PENALTY_KEYS = ("repetition_penalty", "frequency_penalty", "presence_penalty")
+
+
+def _penalty_rows(v, gen):
+    """A request's PenaltiesState rows as vLLM lays them out: prompt ids as bits (bit c % 32 of int32 word c / 32)
+    and counts of earlier outputs (ids with repeats, some of them also in the prompt)."""
+    prompt = torch.randint(0, v, (300,), generator=gen)
+    outputs = torch.cat([torch.randint(0, v, (60,), generator=gen), prompt[:20].repeat(2)])
+    words = torch.zeros((v + 31) // 32, dtype=torch.int64)
+    for c in prompt.unique().tolist():
+        words[c // 32] |= 1 << (c % 32)
+    words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+    return words.to(DEV), torch.bincount(outputs, minlength=v).to(torch.int32).to(DEV)
+
+
+@pytest.mark.parametrize("params", PENALTIES, ids=lambda f: "-".join(f"{k}{v}" for k, v in f.items()))
+def test_penalized_burst_matches_vllm(params):
+    """Penalties inside a K = 8 launch: every token's logits the kernel keeps are vLLM's _penalties_kernel applied to
+    that token's raw logits (the same launch replayed as K = 1 steps fed the kernel's tokens, which are bit for bit
+    the burst's, test_consecutive_steps_and_multi_token) with vLLM's counts plus the launch's earlier tokens, bit
+    for bit; every token drawn is vLLM's sampler's draw from them; the kernel's own counts are zero after it."""
+    pytest.importorskip("vllm")
+    from vllm_sampling import vllm_draw, vllm_penalize
+
+    w, caches, mk = _model("llama", 64, 4, False)
+    assert mk.penalty_reason is None, mk.penalty_reason
+    v, k = w.shape.vocab_size, 8
+    gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, (1,))))
+    mask, counts = _penalty_rows(v, gen)
+    pen = {n: params[n] for n in _PENALTY_KEYS if n in params}
+    draw = {n: x for n, x in params.items() if n not in _PENALTY_KEYS}
+    pos, slot, bt = _prepare(w, caches, 41, 29)
+    init = [c.clone() for c in caches]
+    ids, positions, slots = torch.tensor([321], device=DEV), torch.tensor([pos], device=DEV), torch.tensor([slot], device=DEV)
+    errors, drawn, repeats = [], 0, 0
+    for seed in (3, -11, 2**61 + 5):
+        for c, c0 in zip(caches, init):
+            c.copy_(c0)
+        logits = torch.full((k, v), float("nan"), dtype=torch.bfloat16, device=DEV)
+        defer = torch.zeros(1, dtype=torch.int32, device=DEV)
+        tokens, count = mk.generate(ids, positions, bt, slots, k, logits_out=logits,
+                                    sample_seed=torch.tensor([seed], device=DEV), defer_out=defer,
+                                    prompt_mask=mask, output_counts=counts, **params)
+        torch.cuda.synchronize()
+        n, d, got = int(count.item()), int(defer.item()), tokens.tolist()
+        if n + d < k:
+            errors.append(f"seed {seed}: {n} tokens, deferred {d}, expected {k}")
+        if int(mk.burst_counts.count_nonzero()) != 0:
+            errors.append(f"seed {seed}: the kernel's burst counts are not zero after the launch")
+        # replay: the raw logits of each token, fed the kernel's tokens
+        for c, c0 in zip(caches, init):
+            c.copy_(c0)
+        raw = torch.full((n + d, v), float("nan"), dtype=torch.bfloat16, device=DEV)
+        inp = 321
+        for i in range(n + d):
+            p = pos + i
+            sl = int(bt[p // BS]) * BS + p % BS
+            mk.step(torch.tensor([inp], device=DEV), torch.tensor([p], device=DEV), bt, torch.tensor([sl], device=DEV),
+                    logits_out=raw[i])
+            inp = got[i] if i < n else inp
+        for i in range(n + d):
+            seen = counts + torch.bincount(torch.tensor(got[:i], dtype=torch.int64), minlength=v).to(DEV, torch.int32)
+            want = vllm_penalize(raw[i], mask, seen, **pen)
+            if not torch.equal(logits[i].view(torch.int16), want.view(torch.int16)):
+                bad = int((logits[i].view(torch.int16) != want.view(torch.int16)).sum())
+                errors.append(f"seed {seed} token {i}: {bad} penalised logits differ from vLLM's")
+            if i < n:
+                tok = vllm_draw(want, seed=seed, position=pos + i, **draw)
+                if got[i] != tok:
+                    errors.append(f"seed {seed} token {i}: kernel drew {got[i]}, vLLM's sampler draws {tok}")
+        drawn += n
+        repeats += sum(1 for i in range(n) if got[i] in got[:i] or int(counts[got[i]]) > 0)
+    if mk.diagnostics() is not None:
+        errors.append(f"timeout: {mk.diagnostics()}")
+        mk.reset_counters()
+    print(f"\n[{params}] drawn {drawn}, tokens already counted when drawn {repeats}")
+    assert not errors, "\n".join(errors)
+    assert drawn >= 3 * k // 2, drawn
+
+
 def test_bad_inputs_raise_clear_errors():
     w, caches, mk = _model("llama", 64, 4, True)
     bt = torch.zeros(8, dtype=torch.int32, device=DEV)
@@ -554,6 +642,18 @@ def test_bad_inputs_raise_clear_errors():
         mk.step(ids.cpu(), torch.tensor([1], device=DEV), bt, slot)
     with pytest.raises(ValueError, match="temperature > 0"):
         mk.generate(ids, torch.tensor([1], device=DEV), bt, slot, 2, sample_seed=torch.tensor([1], device=DEV))
+    with pytest.raises(ValueError, match="prompt_mask and output_counts"):
+        mk.generate(ids, torch.tensor([1], device=DEV), bt, slot, 2, sample_seed=torch.tensor([1], device=DEV),
+                    temperature=0.5, repetition_penalty=1.1)
+    v = w.shape.vocab_size
+    with pytest.raises(RuntimeError, match="output_counts must be int32"):
+        mk.ops.monokernel_step(
+            mk.model_table, ids, torch.tensor([1], device=DEV), bt, slot, torch.empty(2, dtype=torch.int64, device=DEV),
+            None, None, None, mk.scratch, 2, mk.head_dim, mk.plan.heads_per_pass, mk.plan.grid, mk.plan.smem_bytes,
+            torch.tensor([1], device=DEV), 0.5, 1, None, 0, None, 0, 0, 1.0, 0.0, None,
+            torch.zeros((v + 31) // 32, dtype=torch.int32, device=DEV), torch.zeros(v - 1, dtype=torch.int32, device=DEV),
+            mk.burst_counts, 1.1, 0.0, 0.0,
+        )  # fmt: skip
 
 
 def test_unsupported_reason_names_the_problem():

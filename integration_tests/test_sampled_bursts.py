@@ -1,5 +1,6 @@
 """Sampled requests in K-token bursts inside vLLM: temperature with top-k, top-p and min-p, as real checkpoints'
-generation configs ask for them, drawn by the monokernel (csrc/include/kog/burst_sampling.cuh).
+generation configs ask for them, and repetition / frequency / presence penalties, drawn by the monokernel
+(csrc/include/kog/burst_sampling.cuh, penalties.cuh).
 
 Oracle chain: a seeded request at K = 1 runs the kog path one token per step with vLLM's own sampler on the
 kernel's logits; at K = 32 the kernel draws the tokens itself (and vLLM's sampler draws the few it defers), so the
@@ -28,6 +29,13 @@ SETTINGS = {
     "top-k": dict(temperature=0.8, top_k=50),
     "combined": dict(temperature=0.7, top_k=40, top_p=0.8, min_p=0.02),
     "temperature": dict(temperature=0.8),
+    # penalties (csrc/include/kog/penalties.cuh), alone and with the generation configs
+    "repetition-1.1": dict(temperature=0.6, top_p=0.9, repetition_penalty=1.1),
+    "presence-1.5": dict(temperature=1.0, presence_penalty=1.5),
+    "penalties-combined": dict(temperature=0.6, top_k=20, top_p=0.95, repetition_penalty=1.1, presence_penalty=1.5,
+                               frequency_penalty=0.3),
+    "frequency": dict(temperature=0.8, frequency_penalty=0.7),
+    "greedy-repetition-1.3": dict(temperature=0.0, repetition_penalty=1.3),
 }
 
 
@@ -97,3 +105,27 @@ def test_default_request_takes_the_burst_path(engines):
     steps = after["kog_steps"] - before["kog_steps"]
     assert steps <= 2 * -(-255 // K), steps
     assert after["fallback_steps"] - before["fallback_steps"] == 1  # the prefill
+
+
+@pytest.mark.parametrize("extra", [dict(allowed_token_ids=list(range(100, 140))), dict(logit_bias={7: 100.0}),
+                                   dict(min_tokens=20)], ids=["allowed_token_ids", "logit_bias", "min_tokens"])
+def test_sampler_state_requests_run_one_token_per_step(engines, extra):
+    """Requests whose draw reads vLLM's sampler state a burst does not reproduce stay on the kog path one token per
+    step (counted), with vLLM's sampler applying it to the kernel's logits: same tokens at K = 1 and K = 32."""
+    from vllm import SamplingParams
+
+    one, burst = engines
+    vocab = one.llm_engine.model_config.get_vocab_size()
+    prompt = random_prompts(1, [20], vocab, seed=34)
+    sp = SamplingParams(seed=5, max_tokens=40, temperature=0.8, **extra)
+    want = token_ids(one.generate(prompt, sp, use_tqdm=False))[0]
+    before = kog_stats(burst)
+    got = token_ids(burst.generate(prompt, sp, use_tqdm=False))[0]
+    after = kog_stats(burst)
+    assert got == want
+    if "allowed_token_ids" in extra:
+        assert set(got) <= set(extra["allowed_token_ids"])
+    if "logit_bias" in extra:
+        assert got.count(7) >= len(got) - 1
+    singles = sum(after["single_token_steps"].values()) - sum(before["single_token_steps"].values())
+    assert after["kog_steps"] - before["kog_steps"] == len(got) - 1 == singles

@@ -63,12 +63,13 @@ def kog_stats(llm) -> dict:
     """Counters of the kog workers, summed over ranks."""
     per_rank = llm.collective_rpc("kog_stats")
     counts = ("kog_steps", "kog_tokens", "fallback_steps", "run_ahead_used", "run_ahead_abandoned")
-    total = {**dict.fromkeys(counts, 0), "fallbacks": {}, "disabled_reason": None}
+    total = {**dict.fromkeys(counts, 0), "fallbacks": {}, "single_token_steps": {}, "disabled_reason": None}
     for s in per_rank:
         for k in counts:
             total[k] += s.get(k, 0)  # (a worker without kog's runner reports no run-ahead counts)
-        for reason, n in s["fallbacks"].items():
-            total["fallbacks"][reason] = total["fallbacks"].get(reason, 0) + n
+        for key in ("fallbacks", "single_token_steps"):
+            for reason, n in s.get(key, {}).items():
+                total[key][reason] = total[key].get(reason, 0) + n
         total["disabled_reason"] = total["disabled_reason"] or s["disabled_reason"]
     return total
 

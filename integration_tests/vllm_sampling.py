@@ -32,3 +32,20 @@ def vllm_draw(x: torch.Tensor, *, temperature: float, seed: int, position: int, 
         logits, idx, temp, torch.tensor([seed], dtype=torch.int64, device=dev),
         torch.tensor([position], dtype=torch.int64, device=dev), apply_temperature=False, use_fp64=False,
     )[0])  # fmt: skip
+
+
+def vllm_penalize(x: torch.Tensor, prompt_mask: torch.Tensor, output_counts: torch.Tensor, *,
+                  repetition_penalty: float = 1.0, frequency_penalty: float = 0.0,
+                  presence_penalty: float = 0.0) -> torch.Tensor:
+    """vLLM 0.26's _penalties_kernel on a copy of bf16 logits x [V], with a request's PenaltiesState rows
+    (prompt_mask int32 [ceil(V / 32)], output_counts int32 [V]); returns the penalised logits (bf16)."""
+    from vllm.v1.worker.gpu.sample import penalties
+
+    dev = x.device
+    logits = x.clone().unsqueeze(0)
+    zero = torch.zeros(1, dtype=torch.int32, device=dev)
+    values = [torch.tensor([v], dtype=torch.float32, device=dev)
+              for v in (repetition_penalty, frequency_penalty, presence_penalty)]
+    penalties.apply_penalties(logits, zero, zero, zero, *values, prompt_mask.view(1, -1).contiguous(),
+                              output_counts.view(1, -1).contiguous())
+    return logits[0]

@@ -32,7 +32,7 @@ from triton.runtime import interpreter as tri_interp  # noqa: E402
 
 from vllm.triton_utils import HAS_TRITON  # noqa: E402
 from vllm.v1.sample.ops import topk_topp_sampler  # noqa: E402
-from vllm.v1.worker.gpu.sample import gumbel, min_p  # noqa: E402
+from vllm.v1.worker.gpu.sample import gumbel, min_p, penalties  # noqa: E402
 
 _MATH = {"numpy": False}
 
@@ -194,6 +194,18 @@ def vllm_sample(case: dict) -> dict:
     top_k = v if top_k <= 0 or top_k > v else top_k
     top_p = torch.tensor([case["top_p"]], dtype=torch.float32)
     out = {}
+    if "prompt_ids" in case:  # PenaltiesState: bincount of prompt + outputs, then the penalties kernel
+        prompt, outputs = case["prompt_ids"], case["output_ids"]
+        all_ids = torch.cat([prompt, outputs]).to(torch.int32).unsqueeze(0)
+        mask = torch.zeros(1, triton.cdiv(v, 32), dtype=torch.int32)
+        counts = torch.zeros(1, v, dtype=torch.int32)
+        penalties.bincount(idx, all_ids, torch.tensor([prompt.numel()], dtype=torch.int32),
+                           torch.tensor([all_ids.shape[1]], dtype=torch.int32), mask, counts, all_ids.shape[1])
+        values = [torch.tensor([case[k]], dtype=torch.float32)
+                  for k in ("repetition_penalty", "frequency_penalty", "presence_penalty")]
+        penalties.apply_penalties(logits, idx, torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32),
+                                  *values, mask, counts)
+    out["after_penalties"] = logits[0].clone()
     if not bool(((temp == 0.0) | (temp == 1.0)).all()):
         gumbel.apply_temperature(logits, idx, temp)
     out["after_temperature"] = logits[0].clone()

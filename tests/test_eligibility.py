@@ -76,18 +76,28 @@ def test_request_reason_is_the_step_reason():
         (dict(logprobs=0), "logprobs"),
         (dict(logprobs=5), "logprobs"),
         (dict(prompt_logprobs=1), "prompt_logprobs"),
-        (dict(presence_penalty=0.5), "penalties"),
-        (dict(frequency_penalty=-0.5), "penalties"),
-        (dict(repetition_penalty=1.1), "penalties"),
-        (dict(logit_bias={3: 1.0}), "logit_bias"),
-        (dict(allowed_token_ids=[1, 2]), "allowed_token_ids"),
-        (dict(bad_words=["x"]), "bad_words"),
-        (dict(min_tokens=4), "min_tokens"),
         (dict(structured_outputs=StructuredOutputsParams(regex="a+")), "structured_outputs"),
     ],
 )
 def test_request_reasons(kwargs, key):
     assert eligibility.request_unsupported_reason(SamplingParams(**kwargs)) == REQUEST_FEATURES[key]
+
+
+@pytest.mark.parametrize(
+    "kwargs,key",
+    [
+        (dict(logit_bias={3: 1.0}), "logit_bias"),
+        (dict(allowed_token_ids=[1, 2]), "allowed_token_ids"),
+        (dict(bad_words=["x"]), "bad_words"),
+        (dict(min_tokens=4), "min_tokens"),
+        (dict(temperature=0.6, top_p=0.9, min_tokens=4, logit_bias={3: 1.0}), "logit_bias"),
+    ],
+)
+def test_single_token_requests(kwargs, key):
+    """vLLM's sampler applies these from its own state to the kernel's logits: on the kog path, one token per step."""
+    sp = SamplingParams(**kwargs)
+    assert eligibility.request_unsupported_reason(sp) is None
+    assert eligibility.request_single_token_reason(sp) == eligibility.BURST_REASONS[key]
 
 
 def test_lora_and_pooling_requests():
@@ -103,10 +113,14 @@ def test_lora_and_pooling_requests():
         dict(temperature=0.8, top_p=0.9),
         dict(temperature=1.0, top_k=20, min_p=0.05, seed=7),
         dict(stop=["\n\n"], stop_token_ids=[2], ignore_eos=True, max_tokens=3),
+        dict(presence_penalty=0.5),
+        dict(temperature=0.6, top_p=0.9, frequency_penalty=-0.5, repetition_penalty=1.1),
     ],
 )
 def test_supported_requests(kwargs):
-    assert eligibility.request_unsupported_reason(SamplingParams(**kwargs)) is None
+    sp = SamplingParams(**kwargs)
+    assert eligibility.request_unsupported_reason(sp) is None
+    assert eligibility.request_single_token_reason(sp) is None  # K-token bursts
 
 
 def _vllm_config(**over):

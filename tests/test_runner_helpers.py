@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from vllm.sampling_params import SamplingParams
 
 from kog_backend.path.eligibility import BurstSampling, burst_sampling
@@ -57,6 +58,14 @@ def test_stop_ids_follow_check_stop():
         (dict(temperature=0.8, min_p=0.05), BurstSampling(0.800000011920929, 0, 1.0, 0.05000000074505806)),
         (dict(temperature=0.8, top_k=1000), BurstSampling(0.800000011920929, 0, 1.0, 0.0)),  # k >= V: off
         (dict(temperature=0.8, top_k=999), BurstSampling(0.800000011920929, 999, 1.0, 0.0)),
+        # penalties, fp32 as PenaltiesState holds them; a greedy request with penalties takes the sampled kernel at
+        # temperature 0 and vLLM's greedy normalisation (no filters)
+        (dict(temperature=0.6, top_p=0.9, repetition_penalty=1.1),
+         BurstSampling(0.6000000238418579, 0, 0.8999999761581421, 0.0, 1.100000023841858, 0.0, 0.0)),
+        (dict(temperature=1.0, presence_penalty=1.5, frequency_penalty=-0.3),
+         BurstSampling(1.0, 0, 1.0, 0.0, 1.0, -0.30000001192092896, 1.5)),
+        (dict(temperature=0.0, top_k=5, repetition_penalty=1.2), BurstSampling(0.0, 0, 1.0, 0.0, 1.2000000476837158)),
+        (dict(temperature=0.0, repetition_penalty=1.0 + 1e-9), None),  # 1 in fp32: vLLM's kernel skips it too
     ],
 )
 def test_burst_sampling_is_vllms_normalisation(kwargs, want):
@@ -65,12 +74,21 @@ def test_burst_sampling_is_vllms_normalisation(kwargs, want):
     assert burst_sampling(None, 1000) is None
     if got is not None:
         assert got.filtered == (got.top_k > 0 or got.top_p < 1.0 or got.min_p > 0.0)
-        kw = got.draw_kwargs("cpu")
+        rows = (torch.zeros(32, dtype=torch.int32), torch.zeros(1000, dtype=torch.int32))
+        kw = got.draw_kwargs("cpu", rows if got.penalized else None)
         assert kw["temperature"] == got.temperature
         assert ("defer_out" in kw) == got.filtered
         if got.filtered:
             assert kw["defer_out"].tolist() == [0] and (kw["top_k"], kw["top_p"], kw["min_p"]) == (
                 got.top_k, got.top_p, got.min_p)
+        if got.penalized:
+            with pytest.raises(ValueError, match="PenaltiesState rows"):
+                got.draw_kwargs("cpu")
+            assert kw["prompt_mask"] is rows[0] and kw["output_counts"] is rows[1]
+            assert (kw["repetition_penalty"], kw["frequency_penalty"], kw["presence_penalty"]) == (
+                got.repetition_penalty, got.frequency_penalty, got.presence_penalty)
+        else:
+            assert "prompt_mask" not in kw
 
 
 def _vllm_config(kog, scheduler_cls, async_scheduling):

@@ -1,6 +1,7 @@
 """kog_backend.reference.sampling against vLLM 0.26's own V2 sampling kernels, run on the CPU by Triton's interpreter.
 
-One child process (tests/sampling_vllm_interp.py) runs vLLM's `_temperature_kernel`, `_min_p_kernel`,
+One child process (tests/sampling_vllm_interp.py) runs vLLM's `_bincount_kernel`, `_penalties_kernel`,
+`_temperature_kernel`, `_min_p_kernel`,
 `apply_top_k_top_p_pytorch` and `_gumbel_sample_kernel`, plus probes of `tl.philox`, `tl.randint4x`,
 `uint_to_uniform_float` and vLLM's `tl_rand32` / `tl_rand64`, on freshly drawn inputs. Everything is compared
 bit for bit: Philox words, uniforms, noise, the logits after each stage, and the token. Math functions are the
@@ -62,6 +63,28 @@ def _case(g, v, kind="normal", dtype=torch.bfloat16, temperature=None, top_k=Non
     }
 
 
+def _with_penalties(g, case, rep, freq, pres):
+    """A case with a prompt and earlier outputs (ids with repeats) and vLLM's penalties. Frequency penalties here
+    have few mantissa bits, so freq * count is exact and the interpreter's unfused multiply-subtract equals the
+    GPU's FMA; the GPU test (integration_tests/test_sampled_bursts.py) covers arbitrary values."""
+    v = case["logits"].shape[0]
+    n_prompt, n_out = int(torch.randint(1, 300, (1,), generator=g)), int(torch.randint(0, 200, (1,), generator=g))
+    case.update(prompt_ids=torch.randint(0, v, (n_prompt,), generator=g),
+                output_ids=torch.randint(0, max(1, v // 8), (n_out,), generator=g),  # repeats: counts > 1
+                repetition_penalty=rep, frequency_penalty=freq, presence_penalty=pres)
+    return case
+
+
+def _penalties(case) -> S.Penalties | None:
+    if "prompt_ids" not in case:
+        return None
+    v = case["logits"].shape[0]
+    mask = torch.zeros(v, dtype=torch.bool)
+    mask[case["prompt_ids"]] = True
+    return S.Penalties(mask, torch.bincount(case["output_ids"], minlength=v), case["repetition_penalty"],
+                       case["frequency_penalty"], case["presence_penalty"])
+
+
 def _spec() -> dict:
     g = torch.Generator().manual_seed(SEED)
     philox = [{"counters": torch.randint(0, 2**32, (4, 2000), generator=g), "key": _int64(g) % 2**64}
@@ -100,6 +123,9 @@ def _spec() -> dict:
     samples.append(_case(g, 32000, dtype=torch.float32, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0))
     samples.append(_case(g, 128256, temperature=0.8, top_k=0, top_p=0.9, min_p=0.0))
     samples.append(_case(g, 151936, "ties", temperature=0.7, top_k=50, top_p=0.95, min_p=0.0, use_fp64=True))
+    for rep_, freq, pres in ((1.1, 0.0, 0.0), (1.0, 0.0, 1.5), (1.0, 0.5, 0.0), (1.1, 0.25, 1.5), (0.8, -1.25, -0.5)):
+        for v, kind, t in ((1000, "normal", 0.6), (3000, "ties", 0.0), (32000, "normal", 1.0)):
+            samples.append(_with_penalties(g, _case(g, v, kind, temperature=t), rep_, freq, pres))
     return {"philox": philox, "uniform_words": uniform_words, "streams": streams, "samples": samples,
             "greedy_ties_index": greedy_ties_index}
 
@@ -182,8 +208,11 @@ def test_sample_matches_vllm(vllm_run):
     assert len(spec["samples"]) == len(res["samples"]) >= 50
     for i, (case, theirs) in enumerate(zip(spec["samples"], res["samples"], strict=True)):
         params = {k: case[k] for k in ("temperature", "top_k", "top_p", "min_p", "seed", "position", "use_fp64")}
-        where = f"seed {SEED}, case {i}: V={case['logits'].shape[0]} {case['logits'].dtype} {params}"
-        tr = S.sample(case["logits"], **params)
+        pen = _penalties(case)
+        where = (f"seed {SEED}, case {i}: V={case['logits'].shape[0]} {case['logits'].dtype} {params}"
+                 + (f" penalties {pen.repetition, pen.frequency, pen.presence}" if pen else ""))
+        tr = S.sample(case["logits"], **params, penalties=pen)
+        assert _bits_equal(tr.after_penalties, theirs["after_penalties"]), where
         assert _bits_equal(tr.after_temperature, theirs["after_temperature"]), where
         assert _bits_equal(tr.after_min_p, theirs["after_min_p"]), where
         assert _bits_equal(tr.after_top_k_top_p, theirs["after_top_k_top_p"]), where
@@ -198,8 +227,11 @@ def test_cases_exercise_every_stage():
     for case in spec["samples"]:
         x, v = case["logits"], case["logits"].shape[0]
         tr = S.sample(x, **{k: case[k] for k in ("temperature", "top_k", "top_p", "min_p", "seed", "position",
-                                                  "use_fp64")})
+                                                  "use_fp64")}, penalties=_penalties(case))
         seen.add("greedy" if tr.noise is None else "gumbel")
+        if not torch.equal(tr.after_penalties, x):
+            pen = _penalties(case)
+            seen.add("repetition" if pen.repetition != 1.0 else "presence" if pen.presence else "frequency")
         if not torch.equal(tr.after_temperature, x):
             seen.add("temperature")
         if tr.after_min_p.isinf().sum() > tr.after_temperature.isinf().sum():
@@ -210,7 +242,7 @@ def test_cases_exercise_every_stage():
         if v % S.GUMBEL_BLOCK and v > S.GUMBEL_BLOCK:
             seen.add("partial_last_block")
     assert seen >= {"greedy", "gumbel", "temperature", "min_p", "top_k", "top_p", "top_k_top_p",
-                    "partial_last_block"}, seen
+                    "partial_last_block", "repetition", "presence", "frequency"}, seen
 
 
 def test_block_argmax_lowest_index_wins():
@@ -298,7 +330,7 @@ def test_burst_token_is_vllms_token_or_deferred(vllm_run):
         if k is None and p is None and case["min_p"] == 0.0:
             continue
         got = S.burst_token(case["logits"], **{n: case[n] for n in ("temperature", "seed", "position", "top_k",
-                                                                    "top_p", "min_p")})
+                                                                    "top_p", "min_p")}, penalties=_penalties(case))
         checked += 1
         seen.add(("k" if k else "") + ("p" if p else "") + ("m" if case["min_p"] else ""))
         if got is None:

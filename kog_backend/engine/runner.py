@@ -8,7 +8,8 @@ cache itself, and hands vLLM a final hidden state (or, with the monokernel, its 
 stock (vLLM's sampler, async output copy, `postprocess_sampled`), so the scheduler, detokenizer and stop handling
 see an ordinary step. With tokens_per_step K > 1, one kog step generates up to K tokens and `sample` hands them
 to vLLM as one step's output (KogScheduler reserved their KV slots and accounts for them): greedy, or sampled as
-vLLM's sampler draws (temperature, top-k, top-p, min-p; csrc/include/kog/burst_sampling.cuh), where the kernel
+vLLM's sampler draws (temperature, top-k, top-p, min-p, penalties; csrc/include/kog/burst_sampling.cuh,
+penalties.cuh), where the kernel
 leaves a token whose draw hinges on vLLM's own fp32 rounding to vLLM's sampler, run on that token's logits right
 behind the launch (`_kog_draw_deferred`).
 """
@@ -33,7 +34,7 @@ from kog_backend.path import eligibility, model_spec
 from kog_backend.reference import torch_step
 from kog_backend.config import KogConfig
 from kog_backend.path.counters import StepCounters, state_dir
-from kog_backend.path.eligibility import BURST_REASONS, GREEDY_TEMPERATURE, BurstSampling
+from kog_backend.path.eligibility import BURST_REASONS, BurstSampling
 from kog_backend.path.run_ahead import BurstKey, PlannedLaunch, RunAhead, blocks_needed, next_burst_key
 from kog_backend.path.step_timeline import StepTimeline
 
@@ -45,8 +46,8 @@ _ONE_TOKEN = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=1, 
 @dataclasses.dataclass(frozen=True)
 class _KogRequest:
     reason: str | None  # why this request never takes the kog path, or None
-    greedy: bool
-    sampling: BurstSampling | None  # a sampled request's draw as vLLM holds it (eligibility.burst_sampling)
+    single_token: str | None  # why its kog steps make one token each whatever the kernel can do, or None
+    sampling: BurstSampling | None  # its draw and penalties as vLLM holds them, None: plain greedy (the greedy kernel)
     prompt_len: int
     max_tokens: int
     stop_ids: tuple[int, ...]  # EOS (unless ignore_eos) and stop_token_ids: the monokernel ends a burst there
@@ -248,7 +249,7 @@ class KogModelRunner(GPUModelRunnerV2):
             sp = new.sampling_params
             self._kog_requests[new.req_id] = _KogRequest(
                 reason=eligibility.request_unsupported_reason(sp, new.lora_request, new.pooling_params),
-                greedy=sp is not None and sp.temperature < GREEDY_TEMPERATURE,
+                single_token=eligibility.request_single_token_reason(sp),
                 sampling=eligibility.burst_sampling(sp, self.model_config.get_vocab_size()),
                 prompt_len=len(new.prompt_token_ids or ()),
                 max_tokens=(sp.max_tokens if sp is not None and sp.max_tokens is not None else 1),
@@ -345,9 +346,12 @@ class KogModelRunner(GPUModelRunnerV2):
 
     def _kog_burst_reason(self, request: _KogRequest) -> str | None:
         """None when this request's kog step may generate K tokens, else why it runs one (eligibility.BURST_REASONS).
-        Greedy requests always may; a sampled one on the monokernel, with the sampled_bursts option on, vLLM's fp32
-        Gumbel noise, and (for top-k / top-p / min-p) a kernel that can draw them (one GPU, shared memory)."""
-        if request.greedy:
+        Plain greedy requests always may; a sampled or penalised one on the monokernel, with the sampled_bursts
+        option on, vLLM's fp32 Gumbel noise, and (for top-k / top-p / min-p, penalties) a kernel that can apply them
+        (one GPU, shared memory); none whose sampler state the burst does not reproduce (logit bias, ...)."""
+        if request.single_token is not None:
+            return request.single_token
+        if request.sampling is None:
             return None
         if not self.kog_config.sampled_bursts:
             return BURST_REASONS["option"]
@@ -355,10 +359,14 @@ class KogModelRunner(GPUModelRunnerV2):
             return BURST_REASONS["no_monokernel"]
         if getattr(self.sampler, "use_fp64_gumbel", False):
             return BURST_REASONS["fp64_gumbel"]
-        if request.sampling is not None and request.sampling.filtered:
+        if request.sampling.filtered:
             reason = self._kog_mk.filtered_sampling_reason
             if reason is not None:
                 return f"{BURST_REASONS['filters']}: {reason}"
+        if request.sampling.penalized:
+            reason = self._kog_mk.penalty_reason
+            if reason is not None:
+                return f"{BURST_REASONS['penalties']}: {reason}"
         return None
 
     def _kog_torch_burst(
@@ -428,16 +436,18 @@ class KogModelRunner(GPUModelRunnerV2):
             if stop is None:
                 stop = torch.tensor(request.stop_ids or (-1,), dtype=torch.int64, device=self.device)
                 self._kog_stop_tensors[request.stop_ids] = stop
-            seed, sampling = None, None
-            if not request.greedy:  # _kog_burst_reason: the request's seed as vLLM's sampler holds it
+            seed, sampling, penalty_rows = None, None, None
+            if request.sampling is not None:  # _kog_burst_reason: the request's seed as vLLM's sampler holds it
                 seed = self.sampler.sampling_states.seeds.gpu[input_batch.idx_mapping[:1].long()]
                 sampling = request.sampling
+                if sampling.penalized:  # this request's rows of vLLM's PenaltiesState (views, no copy)
+                    penalty_rows = self._kog_penalty_rows(input_batch)
             key = BurstKey(input_batch.req_ids[0], int(input_batch.num_computed_tokens_np[0]), k)
             ahead = self._kog_run_ahead.take(key) if self._kog_run_ahead is not None else None
             if ahead is not None:
                 tokens, count, defer = ahead.tokens, ahead.count, ahead.defer
             else:
-                draw = sampling.draw_kwargs(self.device) if sampling is not None else {}
+                draw = sampling.draw_kwargs(self.device, penalty_rows) if sampling is not None else {}
                 defer = draw.get("defer_out")
                 with self._kog_launch_timed():
                     tokens, count = mk.generate(
@@ -447,9 +457,17 @@ class KogModelRunner(GPUModelRunnerV2):
                 count = self._kog_draw_deferred(tokens, count, defer, positions, input_batch)
             self._kog_burst = (tokens.view(1, k), count, 1 - count)
             if self._kog_run_ahead is not None:
-                self._kog_plan_run_ahead(key, tokens, count, input_batch, block_table, request, stop, seed, sampling)
+                self._kog_plan_run_ahead(key, tokens, count, input_batch, block_table, request, stop, seed, sampling,
+                                         penalty_rows)
         # sample_tokens reads no hidden state on the kog path (no prompt logprobs, no speculator).
         return self._kog_mk_logits
+
+    def _kog_penalty_rows(self, input_batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """(prompt_mask int32 [ceil(V / 32)], output_counts int32 [V]): the step's request's rows of vLLM's
+        PenaltiesState, which vLLM's post-update keeps current in stream order (before the next launch)."""
+        state = self.sampler.penalties_state
+        i = int(input_batch.idx_mapping_np[0])
+        return state.prompt_bin_mask[i], state.output_bin_counts[i]
 
     def _kog_draw_deferred(
         self, tokens: torch.Tensor, count: torch.Tensor, defer: torch.Tensor, positions: torch.Tensor, input_batch: Any
@@ -461,10 +479,19 @@ class KogModelRunner(GPUModelRunnerV2):
         then discarded): one sampler call per burst of K tokens."""
         mk = self._kog_mk
         k = tokens.numel()
-        drawn, _ = self.sampler.sample(
-            mk.logits_scratch.view(1, -1), input_batch.expanded_idx_mapping[:1], input_batch.idx_mapping_np[:1],
-            positions[:1] + count, input_batch.input_ids[:1], input_batch.expanded_local_pos[:1],
-        )  # fmt: skip
+        # The kernel's logits of a penalised launch are already penalised (with its own earlier tokens counted,
+        # which vLLM's counts do not hold yet): vLLM's sampler must not apply the penalties again. Its host-side
+        # flag gates the penalties kernel's launch, so clearing it for this call is exact.
+        use_penalty = self.sampler.penalties_state.use_penalty
+        i = int(input_batch.idx_mapping_np[0])
+        flag, use_penalty[i] = use_penalty[i], False
+        try:
+            drawn, _ = self.sampler.sample(
+                mk.logits_scratch.view(1, -1), input_batch.expanded_idx_mapping[:1], input_batch.idx_mapping_np[:1],
+                positions[:1] + count, input_batch.input_ids[:1], input_batch.expanded_local_pos[:1],
+            )  # fmt: skip
+        finally:
+            use_penalty[i] = flag
         at = count.clamp(max=k - 1).long()
         tokens.scatter_(0, at, torch.where(defer.bool(), drawn.view(1).to(tokens.dtype), tokens.gather(0, at)))
         return count + defer
@@ -472,6 +499,7 @@ class KogModelRunner(GPUModelRunnerV2):
     def _kog_plan_run_ahead(
         self, key: BurstKey, tokens: torch.Tensor, count: torch.Tensor, input_batch: Any, block_table: torch.Tensor,
         request: _KogRequest, stop: torch.Tensor, seed: torch.Tensor | None, sampling: BurstSampling | None,
+        penalty_rows: tuple[torch.Tensor, torch.Tensor] | None,
     ) -> None:  # fmt: skip
         """Plans the burst after `key` (kog_backend.path.run_ahead), queued by sample_tokens. Only into KV slots this
         request holds: KogScheduler reserves 2K - 1 look-ahead slots while it runs alone, and a step scheduled
@@ -496,6 +524,7 @@ class KogModelRunner(GPUModelRunnerV2):
         self._kog_run_ahead.plan(PlannedLaunch(
             key=nxt, input_ids=tokens[k - 1 : k], positions=input_batch.positions[:1] + k, block_table=row,
             slot_mapping=slot, gate=count, gate_min=k, stop_ids=stop, sample_seed=seed, sampling=sampling,
+            penalty_rows=penalty_rows,
         ))  # fmt: skip
 
     def sample_tokens(self, grammar_output: Any) -> Any:

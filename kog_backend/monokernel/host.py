@@ -213,6 +213,11 @@ class Monokernel:
         if tp_buffer is None:
             self.sample_work = torch.zeros(layout.CONFIG["sample_grid_bytes"], dtype=torch.uint8, device=device)
         self.logits_scratch = torch.empty(lm_rows(s), dtype=torch.bfloat16, device=device)
+        # Penalised draws (penalties.cuh, TP = 1): one count per LM-head row of this launch's tokens; zero between
+        # launches, the kernel keeps it so.
+        self.burst_counts = None
+        if tp_buffer is None:
+            self.burst_counts = torch.zeros(lm_rows(s), dtype=torch.int32, device=device)
         self.buffers: list[dict[str, torch.Tensor]] = []
         layer_values = []
         off, poff = 0, 0
@@ -317,6 +322,11 @@ class Monokernel:
         top_p: float = 1.0,
         min_p: float = 0.0,
         defer_out: torch.Tensor | None = None,
+        prompt_mask: torch.Tensor | None = None,
+        output_counts: torch.Tensor | None = None,
+        repetition_penalty: float = 1.0,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Up to num_tokens tokens in one launch, each fed back as the next position's input (positions
         p, p + 1, ...; slots from block_table beyond the first). Stops after a token in stop_ids (int64 GPU).
@@ -331,12 +341,25 @@ class Monokernel:
         model_table: a variant_table for benchmarks (default: this model's table).
         Run-ahead launches (kog_backend.path.run_ahead; one GPU only): with launch_gate (int32 [1] GPU, written earlier on
         the stream) the launch does nothing, count 0, unless launch_gate[0] >= gate_min; with cancel (pinned CPU
-        int64 [1]) it ends after the token in hand once cancel[0] >= cancel_id, that token stored as -1 - id."""
+        int64 [1]) it ends after the token in hand once cancel[0] >= cancel_id, that token stored as -1 - id.
+        Penalties (csrc/include/kog/penalties.cuh; one GPU only, with sample_seed; temperature 0 is then vLLM's
+        argmax after them): vLLM's repetition/frequency/presence penalty applied to every token's logits with
+        prompt_mask (int32 [ceil(V / 32)]) and output_counts (int32 [V]), the request's rows of vLLM's
+        PenaltiesState as of the launch; the launch's own tokens count too. The logits it leaves are penalised."""
         if logits_out is not None and (logits_out.dim() != 2 or logits_out.shape[0] < num_tokens
                                        or logits_out.shape[1] < self.logical_vocab):
             raise ValueError(f"logits_out must be [>= {num_tokens}, >= {self.logical_vocab}]")
-        if sample_seed is not None and not temperature > 0.0:
-            raise ValueError(f"a sampled launch needs temperature > 0, got {temperature}")
+        penalized = repetition_penalty != 1.0 or frequency_penalty != 0.0 or presence_penalty != 0.0
+        if sample_seed is not None and not (temperature > 0.0 or (penalized and temperature == 0.0)):
+            raise ValueError(f"a sampled launch needs temperature > 0 (0 with penalties), got {temperature}")
+        if penalized:
+            if self.burst_counts is None:
+                raise ValueError("penalties in a launch: not under tensor parallelism")
+            if sample_seed is None or prompt_mask is None or output_counts is None:
+                raise ValueError("a launch with penalties needs sample_seed, prompt_mask and output_counts")
+            if output_counts.numel() < self.logical_vocab or prompt_mask.numel() * 32 < self.logical_vocab:
+                raise ValueError(f"penalty rows cover {output_counts.numel()} / {prompt_mask.numel() * 32} of "
+                                 f"{self.logical_vocab} vocabulary ids")
         if top_k > 0 or top_p < 1.0 or min_p > 0.0:
             reason = self.filtered_sampling_reason
             if reason is not None:
@@ -351,6 +374,8 @@ class Monokernel:
             self.scratch, num_tokens, self.head_dim, self.plan.heads_per_pass, self.plan.grid, self.plan.smem_bytes,
             sample_seed, float(temperature), self.tp_world, launch_gate, int(gate_min), cancel, int(cancel_id),
             int(top_k), float(top_p), float(min_p), defer_out,
+            prompt_mask, output_counts, self.burst_counts if penalized else None,
+            float(repetition_penalty), float(frequency_penalty), float(presence_penalty),
         )  # fmt: skip
         return tokens, count
 
@@ -360,6 +385,13 @@ class Monokernel:
         if self.sample_work is None:
             return "top-k/top-p/min-p bursts: not under tensor parallelism"
         return self.plan.filtered_sampling_reason
+
+    @property
+    def penalty_reason(self) -> str | None:
+        """None when launches may apply vLLM's penalties (penalties.cuh), else why not."""
+        if self.burst_counts is None:
+            return "penalties in bursts: not under tensor parallelism"
+        return None
 
     def attention_splits(self, ctx: int, **overrides) -> int:
         """Attention splits per KV head the kernel takes at context length ctx with the default table (or one with
@@ -402,6 +434,8 @@ class Monokernel:
         self.act_tagged.zero_()
         if self.sample_work is not None:
             self.sample_work.zero_()
+        if self.burst_counts is not None:
+            self.burst_counts.zero_()
         if self._tp_buffer is not None:
             torch.cuda.synchronize(self.device)
             nbytes = self.counters.numel() * 4

@@ -23,11 +23,6 @@ GREEDY_TEMPERATURE = 1e-5  # vLLM's SamplingParams: temperature below this is gr
 REQUEST_FEATURES = {
     "logprobs": "logprobs requested",
     "prompt_logprobs": "prompt logprobs requested",
-    "penalties": "presence/frequency/repetition penalty",
-    "logit_bias": "logit_bias",
-    "allowed_token_ids": "allowed_token_ids",
-    "bad_words": "bad_words",
-    "min_tokens": "min_tokens > 0",
     "structured_outputs": "structured output (guided decoding)",
     "lora": "LoRA adapter",
     "pooling": "pooling request",
@@ -40,8 +35,10 @@ REQUEST_FEATURES = {
 KOG_PATH_FEATURES = (
     "greedy",
     "temperature / top-k / top-p / min-p (in K-token bursts, vLLM's draws)",
+    "repetition / frequency / presence penalty (in K-token bursts, vLLM's arithmetic)",
     "seed",
     "stop, stop_token_ids, ignore_eos, max_tokens",
+    "logit_bias, allowed_token_ids, bad_words, min_tokens (one token per engine step, vLLM's sampler)",
 )
 
 # Reasons a request that runs on the kog path does so one token per engine step (vLLM's sampler on the kernel's
@@ -51,6 +48,13 @@ BURST_REASONS = {
     "fp64_gumbel": "vLLM draws with fp64 Gumbel noise (the kernel draws vLLM's fp32 noise)",
     "no_monokernel": "sampled bursts need the monokernel",
     "filters": "top-k/top-p/min-p bursts unavailable",  # + the monokernel's reason
+    "penalties": "penalty bursts unavailable",  # + the monokernel's reason
+    # What vLLM's sampler applies from its own per-request state that a burst does not reproduce: the kernel's
+    # logits of one token go through vLLM's sampler instead.
+    "logit_bias": "logit_bias",
+    "allowed_token_ids": "allowed_token_ids",
+    "bad_words": "bad_words",
+    "min_tokens": "min_tokens > 0",
 }
 
 # Reasons a single step runs stock (the request itself may be eligible). Values are the counted reasons.
@@ -87,18 +91,25 @@ def request_unsupported_reason(sampling_params: Any, lora_request: Any = None, p
         return REQUEST_FEATURES["logprobs"]
     if sp.prompt_logprobs is not None:
         return REQUEST_FEATURES["prompt_logprobs"]
-    if sp.presence_penalty != 0.0 or sp.frequency_penalty != 0.0 or sp.repetition_penalty != 1.0:
-        return REQUEST_FEATURES["penalties"]
-    if sp.logit_bias:
-        return REQUEST_FEATURES["logit_bias"]
-    if sp.allowed_token_ids:
-        return REQUEST_FEATURES["allowed_token_ids"]
-    if sp.bad_words or getattr(sp, "bad_words_token_ids", None):
-        return REQUEST_FEATURES["bad_words"]
-    if sp.min_tokens and sp.min_tokens > 0:
-        return REQUEST_FEATURES["min_tokens"]
     if sp.structured_outputs is not None:
         return REQUEST_FEATURES["structured_outputs"]
+    return None
+
+
+def request_single_token_reason(sampling_params: Any) -> str | None:
+    """Why a request on the kog path runs one token per engine step whatever the kernel can do (vLLM's sampler
+    applies these from its own state to the kernel's logits), or None."""
+    sp = sampling_params
+    if sp is None:
+        return None
+    if sp.logit_bias:
+        return BURST_REASONS["logit_bias"]
+    if sp.allowed_token_ids:
+        return BURST_REASONS["allowed_token_ids"]
+    if sp.bad_words or getattr(sp, "bad_words_token_ids", None):
+        return BURST_REASONS["bad_words"]
+    if sp.min_tokens and sp.min_tokens > 0:
+        return BURST_REASONS["min_tokens"]
     return None
 
 
@@ -157,38 +168,57 @@ def server_unsupported_reason(vllm_config: Any) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class BurstSampling:
-    """A sampled request's draw as vLLM's SamplingStates holds it (fp32 values; top_k 0 = off, top_p 1 = off)."""
+    """A sampled (or penalised) request's draw as vLLM's SamplingStates and PenaltiesState hold it (fp32 values;
+    temperature 0 = greedy, top_k 0 = off, top_p 1 = off, penalties at 1 / 0 / 0 = off)."""
 
     temperature: float
     top_k: int
     top_p: float
     min_p: float
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
 
     @property
     def filtered(self) -> bool:
         return self.top_k > 0 or self.top_p < 1.0 or self.min_p > 0.0
 
-    def draw_kwargs(self, device: Any) -> dict[str, Any]:
-        """Monokernel.generate's arguments for this draw; a filtered draw gets a fresh zeroed defer_out."""
+    @property
+    def penalized(self) -> bool:
+        return self.repetition_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0
+
+    def draw_kwargs(self, device: Any, penalty_rows: tuple[Any, Any] | None = None) -> dict[str, Any]:
+        """Monokernel.generate's arguments for this draw; a filtered draw gets a fresh zeroed defer_out. A penalised
+        one needs penalty_rows: (prompt_mask, output_counts), the request's rows of vLLM's PenaltiesState."""
         kw: dict[str, Any] = {"temperature": self.temperature}
         if self.filtered:
             import torch
 
             kw.update(top_k=self.top_k, top_p=self.top_p, min_p=self.min_p,
                       defer_out=torch.zeros(1, dtype=torch.int32, device=device))
+        if self.penalized:
+            if penalty_rows is None:
+                raise ValueError("a penalised draw needs the request's PenaltiesState rows")
+            kw.update(prompt_mask=penalty_rows[0], output_counts=penalty_rows[1],
+                      repetition_penalty=self.repetition_penalty, frequency_penalty=self.frequency_penalty,
+                      presence_penalty=self.presence_penalty)
         return kw
 
 
 def burst_sampling(sampling_params: Any, vocab_size: int) -> BurstSampling | None:
-    """The draw a sampled burst reproduces for this request, normalised as vLLM 0.26's SamplingStates does
-    (top_k <= 0 or >= vocab_size: off; fp32 temperature, top_p, min_p), or None for greedy requests. Everything
-    the request may ask for beyond these (penalties, bias, ...) is refused earlier by request_unsupported_reason."""
+    """The draw a burst reproduces for this request, normalised as vLLM 0.26's SamplingStates and PenaltiesState
+    do (top_k <= 0 or >= vocab_size: off; fp32 temperature, top_p, min_p and penalties; a greedy request has no
+    filters), or None for a greedy request without penalties (the greedy kernel). What else a request may ask for
+    is refused by request_unsupported_reason or keeps it at one token per step (request_single_token_reason)."""
     sp = sampling_params
-    if sp is None or sp.temperature < GREEDY_TEMPERATURE:
+    if sp is None:
         return None
     f32 = lambda v: float(np.float32(v))  # noqa: E731
+    penalties = (f32(sp.repetition_penalty), f32(sp.frequency_penalty), f32(sp.presence_penalty))
+    if sp.temperature < GREEDY_TEMPERATURE:
+        return BurstSampling(0.0, 0, 1.0, 0.0, *penalties) if penalties != (1.0, 0.0, 0.0) else None
     top_k = int(sp.top_k or 0)
     top_k = 0 if top_k <= 0 or top_k >= vocab_size else top_k
     top_p = f32(sp.top_p)
-    return BurstSampling(f32(sp.temperature), top_k, 1.0 if top_p == 1.0 else top_p, f32(sp.min_p))
+    return BurstSampling(f32(sp.temperature), top_k, 1.0 if top_p == 1.0 else top_p, f32(sp.min_p), *penalties)
 

@@ -61,6 +61,7 @@ class PlannedLaunch:
     stop_ids: torch.Tensor
     sample_seed: torch.Tensor | None
     sampling: Any = None  # eligibility.BurstSampling of a sampled request (None: greedy)
+    penalty_rows: Any = None  # (prompt_mask, output_counts) of a penalised one: vLLM's PenaltiesState rows
 
 
 def next_burst_key(key: BurstKey, next_len: int) -> BurstKey | None:
@@ -121,7 +122,7 @@ class RunAhead:
         if p is None:
             return
         self._last_id += 1
-        draw = p.sampling.draw_kwargs(p.positions.device) if p.sampling is not None else {}
+        draw = p.sampling.draw_kwargs(p.positions.device, p.penalty_rows) if p.sampling is not None else {}
         tokens, count = mk.generate(
             p.input_ids, p.positions, p.block_table, p.slot_mapping, p.key.num_tokens, stop_ids=p.stop_ids,
             sample_seed=p.sample_seed, launch_gate=p.gate, gate_min=p.gate_min,

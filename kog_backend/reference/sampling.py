@@ -1,7 +1,14 @@
 """vLLM 0.26's V2 sampler for one decode row, bit for bit, in torch (CPU or CUDA).
 
-Stock path reproduced (vllm/v1/worker/gpu/sample/sampler.py `Sampler.sample`, one row, no logprobs, penalties,
-logit bias, bad words or structured output; VLLM_USE_FLASHINFER_SAMPLER=0, use_fp64_gumbel as configured):
+Stock path reproduced (vllm/v1/worker/gpu/sample/sampler.py `Sampler.sample`, one row, no logprobs, logit bias,
+bad words or structured output; VLLM_USE_FLASHINFER_SAMPLER=0, use_fp64_gumbel as configured):
+
+0. Penalties (sample/penalties.py `_penalties_kernel`), when any of repetition != 1, frequency != 0, presence != 0:
+   with count = output_bin_counts[c] and in_prompt = prompt_bin_mask bit c, x = fp32(x);
+   if rep != 1: x = x * (x > 0 ? 1 / s : s), s = rep where in_prompt or count > 0, else 1 (Triton's `1.0 / s` is
+   div.full.f32 on the GPU: `Penalties.repetition_reciprocal` takes the GPU's value, as for temperature);
+   x = x - freq * count, one rounding (Triton fuses it into an FMA); x = x - pres * (count > 0);
+   written back into the logits tensor (bf16 logits are rounded to bf16 again).
 
 1. Temperature (sample/gumbel.py `_temperature_kernel`): skipped when t == 0 or t == 1, else
    x = dtype(fp32(x) / t), written back into the logits tensor, so bf16 logits are rounded to bf16 again.
@@ -38,6 +45,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
 
 import torch
 
@@ -178,6 +188,56 @@ def apply_temperature(logits: torch.Tensor, temperature: float, reciprocal: floa
         return logits
     x = logits.to(torch.float32)
     x = x * _f32(reciprocal, logits.device) if reciprocal is not None else x / t
+    return x.to(logits.dtype)
+
+
+@dataclass(frozen=True)
+class Penalties:
+    """A request's penalties as vLLM's PenaltiesState holds them for one row: which ids the prompt holds (bool [V]),
+    how often each id was generated so far (int [V], the draft tokens of this step included), fp32 values."""
+
+    prompt_mask: torch.Tensor
+    output_counts: torch.Tensor
+    repetition: float = 1.0
+    frequency: float = 0.0
+    presence: float = 0.0
+    repetition_reciprocal: float | None = None  # div.full.f32(1, repetition) as the GPU computes it; None: IEEE
+
+    @property
+    def active(self) -> bool:
+        return _f32(self.repetition, "cpu").item() != 1.0 or self.frequency != 0.0 or self.presence != 0.0
+
+
+def _round_f32(exact: Fraction) -> float:
+    """The fp32 value nearest to `exact` (ties to even): one rounding, as an FMA rounds."""
+    c = np.float32(float(exact))
+    best = min(
+        (np.nextafter(c, np.float32(-np.inf)), c, np.nextafter(c, np.float32(np.inf))),
+        key=lambda v: (abs(Fraction(float(v)) - exact), int(np.array(v).view(np.int32)) & 1),
+    )
+    return float(best)
+
+
+def apply_penalties(logits: torch.Tensor, penalties: Penalties | None) -> torch.Tensor:
+    """_penalties_kernel on one row (see the module docstring, stage 0)."""
+    if penalties is None or not penalties.active:
+        return logits
+    dev = logits.device
+    rep, freq, pres = (_f32(v, dev) for v in (penalties.repetition, penalties.frequency, penalties.presence))
+    counts = penalties.output_counts.to(device=dev, dtype=torch.int64)
+    seen = counts > 0
+    x = logits.to(torch.float32)
+    if rep.item() != 1.0:
+        inv = _f32(penalties.repetition_reciprocal, dev) if penalties.repetition_reciprocal is not None else 1.0 / rep
+        hit = penalties.prompt_mask.to(dev) | seen
+        one = torch.ones_like(x)
+        x = x * torch.where(x > 0, torch.where(hit, inv, one), torch.where(hit, rep, one))
+    if freq.item() != 0.0:
+        x = x.clone()
+        f = Fraction(float(freq.item()))
+        for c in seen.nonzero().squeeze(1).tolist():  # count 0 leaves x as it is
+            x[c] = _round_f32(Fraction(float(x[c].item())) - f * int(counts[c]))
+    x = x - torch.where(seen, pres, torch.zeros_like(pres))
     return x.to(logits.dtype)
 
 
@@ -348,14 +408,14 @@ def burst_cut(x: torch.Tensor, top_k: int = 0, top_p: float = 1.0, min_p: float 
 
 def burst_token(
     logits: torch.Tensor, *, temperature: float, seed: int, position: int, top_k: int = 0, top_p: float = 1.0,
-    min_p: float = 0.0, div_full_reciprocal: float | None = None,
+    min_p: float = 0.0, div_full_reciprocal: float | None = None, penalties: Penalties | None = None,
 ) -> int | None:
     """The token a filtered burst draws from one row of bf16 logits ([V]), or None where it defers the draw to
     vLLM's sampler. top_k, top_p as sample() takes them (vLLM's normalisation applies). Whenever it returns a
     token, that token is sample(...).token: the draw is argmax(fp32(x) + noise) over every row vLLM may keep (a
     split level's rows ranked by column), and the winner is one vLLM keeps for certain."""
     assert logits.dim() == 1 and temperature > 0.0
-    logits = logits.cpu()
+    logits = apply_penalties(logits.cpu(), penalties)
     v = logits.shape[0]
     x = apply_temperature(logits, temperature, div_full_reciprocal)
     k, p = normalize_top_k_top_p(top_k, top_p, v)
@@ -394,6 +454,7 @@ def block_argmax(scores: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor]
 class SampleTrace:
     """Every intermediate of one `sample` call, for piecewise comparison with a kernel."""
 
+    after_penalties: torch.Tensor
     after_temperature: torch.Tensor
     after_min_p: torch.Tensor
     after_top_k_top_p: torch.Tensor
@@ -414,11 +475,13 @@ def sample(
     min_p: float = 0.0,
     use_fp64: bool = False,
     div_full_reciprocal: float | None = None,
+    penalties: Penalties | None = None,
 ) -> SampleTrace:
     """The token vLLM's V2 sampler draws for one row of logits ([V], the model's logits dtype)."""
     assert logits.dim() == 1
     v = logits.shape[0]
-    x = apply_temperature(logits, temperature, div_full_reciprocal)
+    after_pen = apply_penalties(logits, penalties)
+    x = apply_temperature(after_pen, temperature, div_full_reciprocal)
     after_t = x
     x = apply_min_p(x, min_p)
     after_m = x
@@ -431,4 +494,4 @@ def sample(
         noise = gumbel_noise(seed, position, v, logits.device, use_fp64)
         scores = scores + noise
     token, _, _ = block_argmax(scores)
-    return SampleTrace(after_t, after_m, x, gs, noise, scores, token)
+    return SampleTrace(after_pen, after_t, after_m, x, gs, noise, scores, token)

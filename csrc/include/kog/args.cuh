@@ -133,7 +133,7 @@ struct StepArgs {
   int32_t* num_out;            // [1] tokens produced, or null
   const int64_t* stop_ids;     // [num_stop] or null
   const int64_t* sample_seed;  // [1] the request's vLLM sampling seed, or null: greedy
-  float temperature;           // > 0 with sample_seed: Gumbel-max sampling as vLLM's sampler
+  float temperature;           // with sample_seed: > 0 Gumbel-max sampling as vLLM's sampler, 0 its argmax (penalized)
   // Run-ahead launches (kog_backend/path/run_ahead.py; TP = 1 only), both optional:
   const int32_t* launch_gate;  // [1] device, or null: the launch produces nothing (no token, no cache or counter
                                // write; num_out untouched) unless launch_gate[0] >= gate_min. Read once at entry:
@@ -155,6 +155,16 @@ struct StepArgs {
   int32_t top_k;
   int32_t filtered;
   int32_t* defer_out;          // [1] device, or null (a filtered launch needs it)
+  // vLLM's penalties of a sampled launch (penalties.cuh; TP = 1): `penalized` applies them to every token's logits.
+  // prompt_mask / output_counts are vLLM's PenaltiesState rows of the request; burst_counts [V] counts this
+  // launch's tokens (all zero outside a launch: the last block to finish zeroes the entries it set).
+  const uint32_t* prompt_mask;
+  const int32_t* output_counts;
+  int32_t* burst_counts;
+  float repetition_penalty;
+  float frequency_penalty;
+  float presence_penalty;
+  int32_t penalized;
 };
 
 }  // namespace kog

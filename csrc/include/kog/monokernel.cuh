@@ -20,6 +20,7 @@
 #include "kog/handoff_hold.cuh"
 #include "kog/lm_head.cuh"
 #include "kog/numerics.cuh"
+#include "kog/penalties.cuh"
 #include "kog/rmsnorm.cuh"
 #include "kog/sampling.cuh"
 #include "kog/sync.cuh"
@@ -350,6 +351,9 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
   int base = 0;
   const int64_t pos0 = step.positions[0];
   const bool filtered = kSampled && !kTP && step.filtered != 0;  // top-k / top-p / min-p (burst_sampling.cuh)
+  const bool penalized = kSampled && !kTP && step.penalized != 0;  // repetition / frequency / presence (penalties.cuh)
+  const penalties::Penalty pen{step.prompt_mask, step.output_counts, step.burst_counts, step.repetition_penalty,
+                               step.frequency_penalty, step.presence_penalty};
   const bool has_task = has_attn_task(nkv, S);
   // gate/up -> down through tagged words instead of the gate/up counter (tagged.cuh; TP=1 only).
   const bool tagged_gu = C::kTaggedBuild && !kTP && (m.tagged_handoffs & kTaggedGateUp) != 0;
@@ -627,7 +631,11 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
         if (tid == 0) tr.mark(t, L, kEvLmReady);
         const uint32_t row0 = static_cast<uint32_t>(m.vocab_start);  // keys carry global vocabulary ids
         consume_stage<false>(m, hdr, ring, x_s, C::kStageLM, c0, [&](int r, int, float v, float) {
-          const float lv = round_bf16(v);
+          float lv = round_bf16(v);
+          if constexpr (kSampled && !kTP) {
+            // vLLM's penalties write the bf16 logits in place: the logits this launch keeps are the penalised ones
+            if (penalized) lv = penalties::penalized(lv, static_cast<uint32_t>(r), pen);
+          }
           st_bf16(logits, r, lv);
           uint64_t k;
           if constexpr (kSampled) {
@@ -702,6 +710,12 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
               if (deferred) step.defer_out[0] = 1;
             }
           }
+          if constexpr (kSampled && !kTP) {
+            if (penalized && !cancelled && !deferred) {  // released with the token below; only this thread writes
+              uint32_t* c = reinterpret_cast<uint32_t*>(step.burst_counts) + id;
+              *reinterpret_cast<volatile uint32_t*>(c) = ld_cg_u32(c) + 1u;
+            }
+          }
           // every block reads it after the token-ready wait; a negative token ends the launch
           step.tokens_out[t] = (cancelled || deferred) ? -1 - id : id;
           if (step.num_out != nullptr) step.num_out[0] = deferred ? t : t + 1;
@@ -736,6 +750,13 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
         if (filtered) {  // (their targets count this launch's tokens from 0)
           *reinterpret_cast<volatile uint32_t*>(counter(ctrs, kCtrSampleArrive)) = 0u;
           *reinterpret_cast<volatile uint32_t*>(counter(ctrs, kCtrSampleReady)) = 0u;
+        }
+        if (penalized) {  // every block is past its last LM head: the counts of this launch's tokens go back to 0
+          const int64_t rows = hdr.geo[C::kStageLM].n;
+          for (int i = 0; i < ntok; ++i) {
+            const int64_t id = static_cast<int64_t>(ld_cg_u64(step.tokens_out + i));
+            if (id >= 0 && id < rows) *reinterpret_cast<volatile int32_t*>(step.burst_counts + id) = 0;
+          }
         }
       }
       *reinterpret_cast<volatile uint32_t*>(counter(ctrs, kCtrEpoch)) = epoch0 + static_cast<uint32_t>(ntok);

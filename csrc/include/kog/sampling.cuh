@@ -113,8 +113,10 @@ __device__ __forceinline__ uint32_t key_col(uint64_t key) { return ~static_cast<
 
 // The monokernel's key for column `col` of a sampled row with no top-k, top-p or min-p (the LM-head epilogue, one
 // logit at a time): bf16 logit -> temperature -> + Gumbel noise of (row_key, col), in score_key's order, which is
-// also lm_head.cuh's argmax_key order, so the grid-wide max of these keys is vLLM's sampled token.
+// also lm_head.cuh's argmax_key order, so the grid-wide max of these keys is vLLM's sampled token. Temperature 0
+// (a greedy request with penalties, which runs this instantiation): vLLM's gumbel_sample adds no noise.
 __device__ __forceinline__ uint64_t sampled_key(float logit, uint32_t col, float temperature, uint32_t row_key) {
+  if (temperature == 0.f) return score_key(logit, col);
   const __nv_bfloat16 x = tempered(__float2bfloat16_rn(logit), temperature);
   return score_key(__fadd_rn(__bfloat162float(x), gumbel_noise_f32(rng::uniform_f32(row_key, col))), col);
 }
