@@ -1,5 +1,6 @@
 """Sampled decoding on the kog path follows stock's token distribution (temperature, top-k, top-p, min-p as real
-generation configs set them, on the small-vocabulary tiny-llama checkpoint), as a stated statistical test.
+generation configs set them, and penalties, on the small-vocabulary tiny-llama checkpoint), as a stated
+statistical test.
 
 Stock and kog (tokens_per_step 16 with the KogScheduler: the production multi-token setting) each answer N single
 requests one at a time, so every kog decode step runs on the kog path: with top-p, one token per step with vLLM's
@@ -46,6 +47,11 @@ def _pooled(llm, prompt, sp) -> list[int]:
         ("bursts-llama", dict(temperature=0.6, top_p=0.9), {"step_impl": "monokernel"}),
         ("bursts-qwen3", dict(temperature=0.6, top_k=20, top_p=0.95), {"step_impl": "monokernel"}),
         ("bursts-min-p", dict(temperature=1.0, min_p=0.05), {"step_impl": "monokernel"}),
+        # penalties (penalties.cuh): the burst's own earlier tokens are counted inside the launch
+        ("bursts-repetition", dict(temperature=0.6, top_p=0.9, repetition_penalty=1.1), {"step_impl": "monokernel"}),
+        ("bursts-presence", dict(temperature=1.0, presence_penalty=1.5), {"step_impl": "monokernel"}),
+        ("bursts-penalties", dict(temperature=0.6, top_k=20, top_p=0.95, repetition_penalty=1.1,
+                                  presence_penalty=1.5, frequency_penalty=0.3), {"step_impl": "monokernel"}),
     ],
 )
 def test_sampled_tokens_follow_stock_distribution(checkpoint, case, sampling, options):

@@ -52,12 +52,13 @@ def assert_parity(kog_ids: list[int], stock_ids: list[int], stock_top2: list[dic
 def _counters(state_dir) -> dict:
     entries = read_all(str(state_dir))
     assert entries, f"no counters under {state_dir}"
-    total = {"kog_steps": 0, "kog_tokens": 0, "fallbacks": {}}
+    total = {"kog_steps": 0, "kog_tokens": 0, "fallbacks": {}, "single_token_steps": {}}
     for _, s in entries:
         total["kog_steps"] += s["kog_steps"]
         total["kog_tokens"] += s["kog_tokens"]
-        for k, v in s["fallbacks"].items():
-            total["fallbacks"][k] = total["fallbacks"].get(k, 0) + v
+        for key in ("fallbacks", "single_token_steps"):
+            for k, v in s.get(key, {}).items():
+                total[key][k] = total[key].get(k, 0) + v
         total["disabled_reason"] = s.get("disabled_reason")
     return total
 
@@ -110,6 +111,28 @@ def test_streaming_completion_equals_non_streaming(servers):
     whole = kog.post("/v1/completions", body)["choices"][0]["text"]
     chunks = kog.stream("/v1/completions", body)
     assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == whole
+
+
+def test_default_streaming_request_takes_the_burst_path(servers):
+    """A streaming client that sets no sampling field gets the checkpoint's generation config (T 0.6, top-p 0.9 for
+    the Llama shapes: vLLM applies generation_config.json) and K-token bursts: about (tokens - 1) / K kog steps,
+    no one-token steps, every token streamed."""
+    import time
+
+    kog, _, state = servers
+    time.sleep(1.5)  # counters are persisted at most once a second
+    before = _counters(state)
+    n = 200
+    chunks = kog.stream("/v1/completions", {"model": kog.cmd[len(SERVE)], "prompt": PROMPTS[1], "max_tokens": n,
+                                            "ignore_eos": True, "stream_options": {"include_usage": True}})
+    time.sleep(1.5)
+    after = _counters(state)
+    assert chunks[-1]["usage"]["completion_tokens"] == n, chunks[-1]
+    assert sum(1 for c in chunks if c["choices"]) > 1  # streamed in pieces
+    steps = after["kog_steps"] - before["kog_steps"]
+    assert after["kog_tokens"] - before["kog_tokens"] >= n - 1
+    assert steps <= 2 * -(-(n - 1) // 32), (steps, before, after)  # K = 32 (the default) unless the env sets less
+    assert after["single_token_steps"] == before["single_token_steps"], (before, after)
 
 
 def test_chat_streaming_and_not(servers):

@@ -53,8 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help='extra vllm.LLM arguments for both sides, e.g. \'{"compilation_config": {"cudagraph_mode": "FULL_DECODE_ONLY"}}\'')
     g.add_argument("--kog-options", type=json_object, default={}, metavar="JSON",
                    help='additional_config["kog"] options for the kog side, over the benchmark\'s defaults '
-                        f'{json.dumps(DEFAULT_KOG_OPTIONS)} (kog\'s speed path; a server\'s own default step is '
-                        'the torch reference), e.g. \'{"step_impl": "auto"}\'')
+                        f'{json.dumps(DEFAULT_KOG_OPTIONS)} (the speed path; a server\'s default "auto" selects it '
+                        'too, or turns kog off), e.g. \'{"run_ahead": false}\'')
     g = p.add_argument_group("request")
     g.add_argument("--prompt-len", type=_positive, default=32, help="prompt length (random token ids)")
     g.add_argument("--new-tokens", type=_positive, default=512, help="tokens to generate (ignore_eos)")
