@@ -7,6 +7,7 @@ process; `KogWorker.kog_stats()` returns the same dict through vLLM's `collectiv
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -50,6 +51,8 @@ class StepCounters:
         self._dirty = False
         self._lock = threading.Lock()
         self.started = time.time()
+        if path is not None:  # also where vLLM ends the worker without the runner's shutdown (SIGTERM -> SystemExit)
+            atexit.register(self.remove)
 
     def record_kog(self, num_tokens: int = 1) -> None:
         self.kog_steps += 1
