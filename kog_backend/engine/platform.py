@@ -24,3 +24,11 @@ class KogCudaPlatform(CudaPlatform):
             from kog_backend.engine.cli_args import add_backend_arguments
 
             add_backend_arguments(parser)
+
+    @classmethod
+    def check_and_update_config(cls, vllm_config) -> None:
+        super().check_and_update_config(vllm_config)
+        # `--backend kog` on a server where kog will not run: stock's scheduling (kog_backend/engine/scheduling.py).
+        from kog_backend.engine.scheduling import restore_stock_scheduling
+
+        restore_stock_scheduling(vllm_config)
