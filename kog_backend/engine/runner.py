@@ -386,6 +386,16 @@ class KogModelRunner(GPUModelRunnerV2):
         mk.reset_counters()  # a later kernel (tests, a future re-enable) starts from a clean state
         self._kog_mk, self._kog_burst, self._kog_logits_pending, self._kog_run_ahead = None, None, False, None
 
+    def _kog_agree_count(self, count: torch.Tensor) -> None:
+        """Tensor parallelism: the launch's token count becomes the least over the group (on the device, no host
+        synchronisation). A rank whose kernel aborted reports 0 while its peers, fed its garbage partial sums, may
+        complete: with the minimum no rank's step emits a token (the output rank's is what vLLM uses)."""
+        if self._kog_weights is None or self._kog_weights.shape.tp_size == 1:
+            return
+        from vllm.distributed import get_tp_group
+
+        torch.distributed.all_reduce(count, op=torch.distributed.ReduceOp.MIN, group=get_tp_group().device_group)
+
     def _kog_fault_table(self) -> torch.Tensor | None:
         """inject_fault (tests only): on the chosen on-time launch, the argument table whose launch aborts ("hang"),
         or, for "hold_sms", the default table behind a kernel that holds half the SMs on another stream."""
@@ -496,6 +506,7 @@ class KogModelRunner(GPUModelRunnerV2):
                             num_out=count)
                 full = self._kog_gather_logits(local)
                 self._kog_mk_logits.copy_(full[:, : self._kog_mk_logits.shape[1]])
+                self._kog_agree_count(count)
             self._kog_logits_pending = True
         else:
             stop = self._kog_stop_tensors.get(request.stop_ids)
@@ -523,6 +534,7 @@ class KogModelRunner(GPUModelRunnerV2):
                     )
             if defer is not None:
                 count = self._kog_draw_deferred(tokens, count, defer, positions, input_batch)
+            self._kog_agree_count(count)
             self._kog_burst = (tokens.view(1, k), count, 1 - count)
             if self._kog_run_ahead is not None:
                 self._kog_plan_run_ahead(key, tokens, count, input_batch, block_table, request, stop, seed, sampling,
