@@ -497,8 +497,8 @@ ABORT_SITES = {1: "counter", 2: "weight slot full", 3: "weight slot empty (loade
 def describe_abort(site: int, block: int, what: int, target: int, seen: int, num_kv_heads: int) -> str:
     """The diagnostic of an aborted launch from its abort word (site) and the four words after it (sync.cuh)."""
     if site == SITE_NOT_RESIDENT:
-        return (f"blocks not resident: block {block} waited over 1 ms on counter {what} "
-                f"({describe_counter(what, num_kv_heads)}) with {seen} of {target} blocks started")
+        on = "tagged words" if what == 0xFFFFFFFF else f"counter {what} ({describe_counter(what, num_kv_heads)})"
+        return f"blocks not resident: block {block} waited over 1 ms on {on} with {seen} of {target} blocks started"
     desc = f"{ABORT_SITES.get(site, site)} wait timed out in block {block}: what={what} target={target} seen={seen}"
     if site == 1:
         desc += f" ({describe_counter(what, num_kv_heads)})"

@@ -124,6 +124,23 @@ __device__ __noinline__ void record_abort(uint32_t* ctrs, uint32_t site, uint32_
   }
 }
 
+// Slow path of a wait whose producers are other blocks (every 1024 polls): once it has seen fewer than gridDim.x
+// blocks started for kResidencyTimeoutNs (g0: 0 until it first sees that, then when), records kSiteNotResident
+// (what: the counter index, or kWhatTagged for a tagged-word wait) and returns true.
+constexpr uint32_t kWhatTagged = 0xffffffffu;
+__device__ __forceinline__ bool abort_if_not_resident(uint32_t* ctrs, unsigned long long& g0, uint32_t what) {
+  const uint32_t started = ld_relaxed(counter(ctrs, kCtrStarted));
+  if (started >= gridDim.x) return false;
+  const unsigned long long now = globaltimer_ns();
+  if (g0 == 0) {
+    g0 = now;
+    return false;
+  }
+  if (now - g0 <= kResidencyTimeoutNs) return false;
+  record_abort(ctrs, kSiteNotResident, what, gridDim.x, started);
+  return true;
+}
+
 // ---- register reallocation between warpgroups (sm_90; every thread of the warpgroup executes it) ------------------
 template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_dec() {
@@ -147,7 +164,7 @@ __device__ __forceinline__ void spin_until(uint32_t* ctrs, int index, uint32_t t
   uint32_t v = sys ? ld_acquire_sys(p) : ld_acquire(p);
   if (!reached(v, target)) {
     const long long t0 = clock64();
-    const unsigned long long g0 = globaltimer_ns();
+    unsigned long long g0 = 0;
     for (uint32_t n = 1;; ++n) {
       __nanosleep(32);
       v = sys ? ld_acquire_sys(p) : ld_acquire(p);
@@ -157,11 +174,7 @@ __device__ __forceinline__ void spin_until(uint32_t* ctrs, int index, uint32_t t
           record_abort(ctrs, kSiteCounter, static_cast<uint32_t>(index), target, v);
           break;
         }
-        const uint32_t started = ld_relaxed(counter(ctrs, kCtrStarted));
-        if (started < gridDim.x && globaltimer_ns() - g0 > kResidencyTimeoutNs) {
-          record_abort(ctrs, kSiteNotResident, static_cast<uint32_t>(index), gridDim.x, started);
-          break;
-        }
+        if (abort_if_not_resident(ctrs, g0, static_cast<uint32_t>(index))) break;
       }
     }
   }
