@@ -111,3 +111,15 @@ def test_k1_step_count_replaces_the_samplers(tmp_path, count, sampled, rejected)
     out, num_sampled, num_rejected = r.sample(None, SimpleNamespace(), None)
     assert int(num_sampled[0]) == sampled and int(num_rejected[0]) == rejected
     assert int(out.num_sampled[0]) == sampled and not r._kog_logits_pending
+
+
+def test_inject_fault_hangs_only_the_chosen_launch(tmp_path):
+    mk = FakeMonokernel(0)
+    mk.fault_table = lambda: "fault-table"
+    r = _runner(tmp_path, mk)
+    r.kog_config = KogConfig.from_dict({"inject_fault": "hang", "inject_fault_launch": 3})
+    r._kog_launches = 0
+    assert [r._kog_fault_table() for _ in range(5)] == [None, None, "fault-table", None, None]
+    off = _runner(tmp_path, mk)
+    off._kog_launches = 0
+    assert [off._kog_fault_table() for _ in range(5)] == [None] * 5  # the default: no injection
