@@ -249,6 +249,45 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
   }
 }
 
+namespace {
+template <int D, int HP, bool kSampled, bool kTP>
+int blocks_per_sm(int smem_bytes) {
+  C10_CUDA_CHECK(cudaFuncSetAttribute(monokernel_kernel<D, HP, kSampled, kTP>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, MonoConfig::kMaxSmemBytes));
+  int n = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, monokernel_kernel<D, HP, kSampled, kTP>,
+                                                               MonoConfig::kThreads, static_cast<size_t>(smem_bytes)));
+  return n;
+}
+template <int D, int HP>
+int blocks_per_sm_flags(bool sampled, bool tp, int smem_bytes) {
+  if (tp) return sampled ? blocks_per_sm<D, HP, true, true>(smem_bytes) : blocks_per_sm<D, HP, false, true>(smem_bytes);
+  return sampled ? blocks_per_sm<D, HP, true, false>(smem_bytes) : blocks_per_sm<D, HP, false, false>(smem_bytes);
+}
+template <int HP>
+int blocks_per_sm_dim(int64_t head_dim, bool sampled, bool tp, int smem_bytes) {
+  return head_dim == 64 ? blocks_per_sm_flags<64, HP>(sampled, tp, smem_bytes)
+                        : blocks_per_sm_flags<128, HP>(sampled, tp, smem_bytes);
+}
+}  // namespace
+
+// Blocks of this monokernel instantiation the device holds at once: blocks per SM at this shared-memory size
+// (cudaOccupancyMaxActiveBlocksPerMultiprocessor) x the SMs this context may use (multiProcessorCount, which
+// reflects an MPS active-thread percentage or a green context's SMs).
+int64_t monokernel_max_grid(int64_t head_dim, int64_t heads_per_pass, bool sampled, bool tp, int64_t smem_bytes,
+                            int64_t device) {
+  TORCH_CHECK(head_dim == 64 || head_dim == 128, "kog monokernel_max_grid: head_dim ", head_dim, " is not 64 or 128");
+  TORCH_CHECK(smem_bytes > 0 && smem_bytes <= MonoConfig::kMaxSmemBytes, "kog monokernel_max_grid: smem_bytes ",
+              smem_bytes, " outside 1..", MonoConfig::kMaxSmemBytes);
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  const int sm = static_cast<int>(smem_bytes);
+  const int per_sm = heads_per_pass == 2 ? blocks_per_sm_dim<2>(head_dim, sampled, tp, sm)
+                                         : blocks_per_sm_dim<MonoConfig::kHeadsPerPass>(head_dim, sampled, tp, sm);
+  int sms = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, static_cast<int>(device)));
+  return static_cast<int64_t>(per_sm) * sms;
+}
+
 // Byte offsets of every ModelArgs / LayerArgs field, in declaration order, after the two struct sizes; the Python
 // packer (kog_backend/monokernel/layout.py) is checked against this list.
 std::vector<int64_t> monokernel_layout() {
@@ -270,7 +309,7 @@ std::vector<int64_t> monokernel_layout() {
   KOG_OFF(ModelArgs, act_tagged);
   KOG_OFF(ModelArgs, trace); KOG_OFF(ModelArgs, tp_size); KOG_OFF(ModelArgs, tp_rank); KOG_OFF(ModelArgs, vocab_start);
   KOG_OFF(ModelArgs, tp_parts); KOG_OFF(ModelArgs, tp_keys); KOG_OFF(ModelArgs, tp_delta);
-  KOG_OFF(ModelArgs, sample_work);
+  KOG_OFF(ModelArgs, sample_work); KOG_OFF(ModelArgs, status_out); KOG_OFF(ModelArgs, inject_fault);
   KOG_OFF(LayerArgs, input_norm); KOG_OFF(LayerArgs, qkv); KOG_OFF(LayerArgs, q_norm); KOG_OFF(LayerArgs, k_norm);
   KOG_OFF(LayerArgs, o_proj); KOG_OFF(LayerArgs, post_norm); KOG_OFF(LayerArgs, gate_up); KOG_OFF(LayerArgs, down);
   KOG_OFF(LayerArgs, k_cache); KOG_OFF(LayerArgs, v_cache); KOG_OFF(LayerArgs, qkv_out); KOG_OFF(LayerArgs, q_out);

@@ -27,6 +27,8 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
                      const std::optional<at::Tensor>& burst_counts, double repetition_penalty,
                      double frequency_penalty, double presence_penalty);
 std::vector<int64_t> monokernel_layout();
+int64_t monokernel_max_grid(int64_t head_dim, int64_t heads_per_pass, bool sampled, bool tp, int64_t smem_bytes,
+                            int64_t device);
 std::vector<int64_t> monokernel_config();
 
 // --- collective (csrc/allreduce.cu) ---
@@ -44,6 +46,9 @@ std::vector<int64_t> ipc_get_handle(int64_t ptr, int64_t device);
 int64_t ipc_open(std::vector<int64_t> handle, int64_t device);
 void ipc_close(int64_t ptr, int64_t device);
 void ipc_copy(int64_t dst, int64_t src, int64_t nbytes, int64_t device);
+
+// --- fault handling, test launcher (csrc/fault_test.cu) ---
+void hold_sms_test(const at::Tensor& release, int64_t blocks, int64_t smem_bytes, int64_t timeout_ms, int64_t device);
 
 // --- sampling building blocks, test launchers (csrc/sampling_test.cu) ---
 // KOG-SAMPLING-DECLS

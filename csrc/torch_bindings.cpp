@@ -21,6 +21,10 @@ TORCH_LIBRARY(kog, m) {
       "Tensor(e!)? defer_out=None, Tensor? prompt_mask=None, Tensor? output_counts=None, "
       "Tensor(f!)? burst_counts=None, float repetition_penalty=1.0, float frequency_penalty=0.0, "
       "float presence_penalty=0.0) -> ()");
+  // Blocks of the monokernel (this head dim, pass width, sampling and TP flags, shared memory per block) the
+  // device holds at once: a launch with a larger grid could not have all its blocks resident.
+  m.def("monokernel_max_grid(int head_dim, int heads_per_pass, bool sampled, bool tp, int smem_bytes, int device) -> int",
+        &kog::monokernel_max_grid);
   m.def("monokernel_layout() -> int[]");
   m.impl("monokernel_layout", &kog::monokernel_layout);
   m.def("monokernel_config() -> int[]");
@@ -46,6 +50,11 @@ TORCH_LIBRARY(kog, m) {
   // Sums `input` over the communicator's ranks into `output` (which may be `input`); algo 0 = one-shot,
   // 1 = two-shot. Also advances the communicator's epoch state.
   m.def("allreduce(int handle, Tensor input, Tensor! output, int algo) -> ()");
+
+  // --- fault handling, test launcher (csrc/fault_test.cu) ---
+  // `blocks` blocks of `smem_bytes` dynamic shared memory each, on the device's current stream, that spin until
+  // release[0] (pinned CPU int32, written by the host) != 0 or timeout_ms pass: they hold SMs from other kernels.
+  m.def("hold_sms_test(Tensor release, int blocks, int smem_bytes, int timeout_ms, int device) -> ()", &kog::hold_sms_test);
 
   // --- sampling building blocks, test launchers (csrc/sampling_test.cu) ---
   // KOG-SAMPLING-DEFS

@@ -59,8 +59,16 @@ class KogConfig:
     tp_monokernel: bool = False
     # Where workers write their fallback counters for `kog stats` ("" = $KOG_STATE_DIR or /tmp/kog_backend).
     state_dir: str = ""
+    # Fault injection, for the fault tests only (integration_tests/test_fault_*.py; off in production): the
+    # monokernel launch number inject_fault_launch (1-based, counted per server) is made to abort: "hang", one of its
+    # waits never completes (ModelArgs::inject_fault; aborts after ~1 s), or "hold_sms", a competing kernel holds
+    # half the SMs while it starts (aborts within ~1 ms: blocks not resident). The runner then discards the launch,
+    # redoes the step stock and turns kog off for the server (docs/monokernel.md "Faults").
+    inject_fault: str = ""
+    inject_fault_launch: int = 2
 
     STEP_IMPLS = ("auto", "monokernel", "torch")
+    FAULTS = ("", "hang", "hold_sms")
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any] | None) -> "KogConfig":
@@ -79,6 +87,10 @@ class KogConfig:
             raise KogConfigError(f"kog option step_impl={cfg.step_impl!r}; expected one of {cls.STEP_IMPLS}")
         if not 1 <= cfg.tokens_per_step <= 256:
             raise KogConfigError(f"kog option tokens_per_step={cfg.tokens_per_step}; expected 1..256")
+        if cfg.inject_fault not in cls.FAULTS:
+            raise KogConfigError(f"kog option inject_fault={cfg.inject_fault!r}; expected one of {cls.FAULTS}")
+        if cfg.inject_fault_launch < 1:
+            raise KogConfigError(f"kog option inject_fault_launch={cfg.inject_fault_launch}; expected >= 1")
         return cfg
 
     @classmethod

@@ -16,7 +16,7 @@ def test_field_set_is_documented_one():
     # A new field needs parsing rules and tests here; this fails until both exist.
     assert FIELDS == {
         "enabled", "step_impl", "tokens_per_step", "sampled_bursts", "run_ahead", "step_timeline", "tp_monokernel",
-        "state_dir",
+        "state_dir", "inject_fault", "inject_fault_launch",
     }
 
 
@@ -27,6 +27,7 @@ def test_defaults():
     assert cfg.sampled_bursts is True  # GPU-verified (config.py)
     assert cfg.tp_monokernel is False  # not yet verified on several GPUs (config.py)
     assert cfg.run_ahead is True and cfg.step_timeline is False
+    assert cfg.inject_fault == "" and cfg.inject_fault_launch == 2  # fault injection off in production
 
 
 def test_worker_cls_names_the_kog_worker():
@@ -103,7 +104,8 @@ def test_error_is_a_value_error():
 
 def test_all_fields_together_round_trip():
     raw = {"enabled": False, "step_impl": "torch", "tokens_per_step": 4, "sampled_bursts": True, "run_ahead": True,
-           "step_timeline": True, "tp_monokernel": True, "state_dir": "/tmp/x"}
+           "step_timeline": True, "tp_monokernel": True, "state_dir": "/tmp/x",
+           "inject_fault": "hang", "inject_fault_launch": 5}
     cfg = KogConfig.from_dict(raw)
     assert cfg.to_dict() == raw
     assert KogConfig.from_dict(cfg.to_dict()) == cfg
@@ -135,3 +137,23 @@ def test_given_keys_tells_set_options_from_defaults():
     assert KogConfig.given_keys(SimpleNamespace(additional_config={"other": 1})) == frozenset()
     assert KogConfig.given_keys(SimpleNamespace(additional_config=None)) == frozenset()
     assert KogConfig.given_keys(SimpleNamespace()) == frozenset()
+
+
+@pytest.mark.parametrize("fault", ["hang", "hold_sms", ""])
+def test_inject_fault_values(fault):
+    cfg = KogConfig.from_dict({"inject_fault": fault, "inject_fault_launch": "3"})
+    assert (cfg.inject_fault, cfg.inject_fault_launch) == (fault, 3)
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ({"inject_fault": "segfault"}, "inject_fault='segfault'"),
+        ({"inject_fault": True}, "expected a string"),
+        ({"inject_fault_launch": 0}, "inject_fault_launch=0"),
+        ({"inject_fault_launch": 1.5}, "expected an integer"),
+    ],
+)
+def test_inject_fault_bad_values(raw, message):
+    with pytest.raises(KogConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        KogConfig.from_dict(raw)

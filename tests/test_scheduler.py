@@ -147,3 +147,31 @@ def test_run_ahead_reserves_two_bursts(make_scheduler):
     assert make_scheduler(tokens_per_step=1, run_ahead=True).kog_lookahead == 0
     # The torch step never runs ahead (nor does TP > 1): one burst's slots only.
     assert make_scheduler(run_ahead=True, step_impl="torch").kog_lookahead == K - 1
+
+
+@pytest.mark.parametrize("tokens_per_step", [K, 1])
+def test_a_step_with_no_token_is_retaken(make_scheduler, tokens_per_step):
+    # An aborted monokernel launch reports no token (runner._kog_check_launch_status): the position is scheduled
+    # again, with the same input token, and the request goes on as if the step had not happened.
+    s = make_scheduler(tokens_per_step=tokens_per_step)
+    r = _request("a", 31, max_tokens=100, ignore_eos=True)
+    s.add_request(r)
+    _step(s, {"a": [7]})
+    so = _step(s, {"a": []})  # the aborted step at position 31
+    assert so.num_scheduled_tokens == {"a": 1}
+    assert r.num_computed_tokens == 31 and list(r.output_token_ids) == [7] and not r.is_finished()
+    so = _step(s, {"a": [8]})  # retaken (stock): position 31 again
+    assert so.num_scheduled_tokens == {"a": 1}
+    assert r.num_computed_tokens == 32 and list(r.output_token_ids) == [7, 8]
+    _step(s, {"a": [9]})
+    assert r.num_computed_tokens == 33 and list(r.output_token_ids) == [7, 8, 9]
+
+
+def test_a_partial_prefill_chunk_is_not_retaken(make_scheduler):
+    # A prefill chunk that is not the last returns no token by design: nothing to retake.
+    s = make_scheduler()
+    s.max_num_scheduled_tokens = 16  # chunked prefill of a 40-token prompt
+    r = _request("a", 40, max_tokens=10, ignore_eos=True)
+    s.add_request(r)
+    so = _step(s, {"a": []})
+    assert so.num_scheduled_tokens == {"a": 16} and r.num_computed_tokens == 16

@@ -174,6 +174,10 @@ def _select_scheduler(namespace: argparse.Namespace) -> None:
         )
     if getattr(namespace, "async_scheduling", None):
         raise KogSelectionError("tokens_per_step > 1 needs synchronous scheduling; drop --async-scheduling")
+    from kog_backend.engine import scheduling  # (imports neither torch nor vLLM)
+
+    # Put back by KogCudaPlatform.check_and_update_config if kog will not run on this server (scheduling.py).
+    scheduling.record_forced(scheduler, getattr(namespace, "async_scheduling", None))
     namespace.scheduler_cls = SCHEDULER_CLS
     namespace.async_scheduling = False
 

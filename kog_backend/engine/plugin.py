@@ -34,6 +34,7 @@ def register() -> None:
     (warnings and up). Left alone when vLLM's logging is off (VLLM_CONFIGURE_LOGGING=0) or when the user's
     logging config (VLLM_LOGGING_CONFIG_PATH) already configures `kog_backend`.
     """
+    _register_metrics()
     vllm_logger = logging.getLogger("vllm")
     kog_logger = logging.getLogger("kog_backend")
     if kog_logger.handlers or not vllm_logger.handlers:
@@ -42,6 +43,23 @@ def register() -> None:
         kog_logger.addHandler(handler)
     kog_logger.setLevel(vllm_logger.level)
     kog_logger.propagate = False
+
+
+def _register_metrics() -> None:
+    """The first process of a server to load kog (the API server, or the offline LLM's process) names the server
+    (counters.SERVER_ENV, inherited by its engine and workers) and puts kog's families on the registry vLLM's
+    /metrics serves (kog_backend.path.metrics). Never fatal: metrics must not keep a server from starting."""
+    from kog_backend.path.counters import SERVER_ENV
+
+    if os.environ.get(SERVER_ENV):
+        return
+    os.environ[SERVER_ENV] = str(os.getpid())
+    try:
+        from kog_backend.path.metrics import register_collector
+
+        register_collector()
+    except Exception as e:  # noqa: BLE001
+        logger.warning("kog: metrics not registered on /metrics: %s", e)
 
 
 def register_platform() -> str | None:

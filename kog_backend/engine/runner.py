@@ -92,6 +92,9 @@ class KogModelRunner(GPUModelRunnerV2):
         self._kog_stop_tensors: dict[tuple[int, ...], torch.Tensor] = {}
         self._kog_run_ahead: RunAhead | None = None  # with the monokernel on one GPU, K > 1 and the run_ahead option
         self._kog_timeline = StepTimeline() if self.kog_config.step_timeline else None
+        self._kog_launches = 0  # monokernel launches issued on time (not run ahead), for the inject_fault option
+        self._kog_k1_count: torch.Tensor | None = None  # int32 [1]: a K = 1 launch's token count, 0 if it aborted
+        self._kog_hold_release: torch.Tensor | None = None  # inject_fault=hold_sms: the holding kernel's release word
         reason = eligibility.server_unsupported_reason(vllm_config)
         if reason is not None:
             self._kog_disable(reason)
@@ -208,6 +211,7 @@ class KogModelRunner(GPUModelRunnerV2):
             return None
         vocab = self.model_config.get_vocab_size()
         self._kog_mk_logits = torch.empty(1, vocab, dtype=torch.bfloat16, device=self.device)
+        self._kog_k1_count = torch.zeros(1, dtype=torch.int32, device=self.device)
         if self.kog_config.run_ahead and self._kog_tokens_per_step > 1:
             self._kog_run_ahead = RunAhead(self.kog_counters)
         return "monokernel"
@@ -238,6 +242,7 @@ class KogModelRunner(GPUModelRunnerV2):
         vocab = self.model_config.get_vocab_size()
         self._kog_mk_logits = torch.empty(1, vocab, dtype=torch.bfloat16, device=self.device)
         self._kog_mk_local_logits = torch.empty(1, s.padded_vocab_local, dtype=torch.bfloat16, device=self.device)
+        self._kog_k1_count = torch.zeros(1, dtype=torch.int32, device=self.device)
         self._kog_gather_logits = lambda t: tensor_model_parallel_all_gather(t, dim=-1)
         return "monokernel"
 
@@ -288,6 +293,7 @@ class KogModelRunner(GPUModelRunnerV2):
             return super().execute_model(
                 scheduler_output, intermediate_tensors, dummy_run, skip_attn_for_dummy_run, is_profile
             )
+        self._kog_check_launch_status()
         # A step's request may be new in this very step, so the request-level reason is only known after
         # add_requests; new requests make the step a prefill, which is refused before that matters.
         reason = self._kog_step_reason(scheduler_output)
@@ -342,6 +348,72 @@ class KogModelRunner(GPUModelRunnerV2):
             finished_req_ids=scheduler_output.finished_req_ids,
         )
         self.kog_counters.record_kog(k)
+        return None
+
+    # ---- launch outcome ----------------------------------------------------------------------------------------
+
+    def _kog_check_launch_status(self) -> None:
+        """The outcome of the monokernel launches whose tokens vLLM has taken: every launch's last block writes its
+        abort word into pinned memory (Monokernel.status, sync.cuh), and vLLM waited for each earlier step's output,
+        which the stream orders behind its launch, before scheduling this step: a host read, no device call. An
+        aborted launch reported no token (its count is 0: the scheduler retakes that position, KogScheduler), so
+        nothing it computed reached a client; here kog turns off and this step, and every later one, runs stock.
+        Tensor parallelism: the ranks' words are combined (max) so that every rank decides the same."""
+        mk = self._kog_mk
+        if mk is None:
+            return
+        word = mk.status_word()
+        if self._kog_weights is not None and self._kog_weights.shape.tp_size > 1:
+            from vllm.distributed import get_tp_group
+
+            t = torch.tensor([word], dtype=torch.int64)
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX, group=get_tp_group().cpu_group)
+            word = int(t[0])
+        if word != 0:
+            self._kog_on_abort(word)
+
+    def _kog_on_abort(self, word: int) -> None:
+        mk = self._kog_mk
+        self._kog_abandon_run_ahead()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # nothing of the kernel's in flight (run-ahead included)
+        try:
+            detail = mk.diagnostics() or f"abort word {word} on another rank"
+        except RuntimeError as e:  # the diagnostic must not take the server down
+            detail = f"abort word {word} (diagnostics unavailable: {e})"
+        self.kog_counters.record_launch_abort()
+        self._kog_disable(f"kernel abort: {detail}")
+        mk.reset_counters()  # a later kernel (tests, a future re-enable) starts from a clean state
+        self._kog_mk, self._kog_burst, self._kog_logits_pending, self._kog_run_ahead = None, None, False, None
+
+    def _kog_agree_count(self, count: torch.Tensor) -> None:
+        """Tensor parallelism: the launch's token count becomes the least over the group (on the device, no host
+        synchronisation). A rank whose kernel aborted reports 0 while its peers, fed its garbage partial sums, may
+        complete: with the minimum no rank's step emits a token (the output rank's is what vLLM uses)."""
+        if self._kog_weights is None or self._kog_weights.shape.tp_size == 1:
+            return
+        from vllm.distributed import get_tp_group
+
+        torch.distributed.all_reduce(count, op=torch.distributed.ReduceOp.MIN, group=get_tp_group().device_group)
+
+    def _kog_fault_table(self) -> torch.Tensor | None:
+        """inject_fault (tests only): on the chosen on-time launch, the argument table whose launch aborts ("hang"),
+        or, for "hold_sms", the default table behind a kernel that holds half the SMs on another stream."""
+        self._kog_launches += 1
+        cfg = self.kog_config
+        if not cfg.inject_fault or self._kog_launches != cfg.inject_fault_launch:
+            return None
+        logger.warning("kog: injecting fault %r into monokernel launch %d", cfg.inject_fault, self._kog_launches)
+        if cfg.inject_fault == "hang":
+            return self._kog_mk.fault_table()
+        from kog_backend import ops
+
+        self._kog_hold_release = torch.zeros(1, dtype=torch.int32, pin_memory=True)
+        plan = self._kog_mk.plan
+        side = torch.cuda.Stream(self.device)
+        with torch.cuda.stream(side):  # half the SMs, each block with the most shared memory a block may have
+            ops.ops().hold_sms_test(self._kog_hold_release, max(1, plan.grid // 2), plan.smem_bytes, 50,
+                                    self.device.index or 0)
         return None
 
     def _kog_burst_reason(self, request: _KogRequest) -> str | None:
@@ -421,15 +493,20 @@ class KogModelRunner(GPUModelRunnerV2):
         input_ids, positions = input_batch.input_ids[:1], input_batch.positions[:1]
         if k == 1:
             self._kog_abandon_run_ahead()  # only bursts are launched ahead
+            table = self._kog_fault_table()
             local = self._kog_mk_local_logits
+            count = self._kog_k1_count  # 1, or 0 when the launch aborted: vLLM's sampler's token is then dropped
             if local is None:
                 with self._kog_launch_timed():
-                    mk.step(input_ids, positions, block_table, slot_mapping, logits_out=self._kog_mk_logits[0])
+                    mk.step(input_ids, positions, block_table, slot_mapping, logits_out=self._kog_mk_logits[0],
+                            model_table=table, num_out=count)
             else:  # tensor parallelism: this rank's vocabulary rows, then every rank's in order (padding cut off)
                 with self._kog_launch_timed():
-                    mk.step(input_ids, positions, block_table, slot_mapping, logits_out=local[0])
+                    mk.step(input_ids, positions, block_table, slot_mapping, logits_out=local[0], model_table=table,
+                            num_out=count)
                 full = self._kog_gather_logits(local)
                 self._kog_mk_logits.copy_(full[:, : self._kog_mk_logits.shape[1]])
+                self._kog_agree_count(count)
             self._kog_logits_pending = True
         else:
             stop = self._kog_stop_tensors.get(request.stop_ids)
@@ -449,12 +526,15 @@ class KogModelRunner(GPUModelRunnerV2):
             else:
                 draw = sampling.draw_kwargs(self.device, penalty_rows) if sampling is not None else {}
                 defer = draw.get("defer_out")
+                table = self._kog_fault_table()
                 with self._kog_launch_timed():
                     tokens, count = mk.generate(
-                        input_ids, positions, block_table, slot_mapping, k, stop_ids=stop, sample_seed=seed, **draw
+                        input_ids, positions, block_table, slot_mapping, k, stop_ids=stop, sample_seed=seed,
+                        model_table=table, **draw,
                     )
             if defer is not None:
                 count = self._kog_draw_deferred(tokens, count, defer, positions, input_batch)
+            self._kog_agree_count(count)
             self._kog_burst = (tokens.view(1, k), count, 1 - count)
             if self._kog_run_ahead is not None:
                 self._kog_plan_run_ahead(key, tokens, count, input_batch, block_table, request, stop, seed, sampling,
@@ -554,6 +634,10 @@ class KogModelRunner(GPUModelRunnerV2):
         if self._kog_logits_pending:
             self._kog_logits_pending = False
             out = self.sampler(self._kog_mk_logits, input_batch)
+            # The launch's count (1, or 0 when it aborted: the token drawn from its logits is dropped and the
+            # scheduler retakes the position), in place of the sampler's 1.
+            count = self._kog_k1_count
+            out.num_sampled, out.num_rejected = count, 1 - count
             return out, out.num_sampled, out.num_rejected
         burst, self._kog_burst = self._kog_burst, None
         if burst is None:
@@ -587,4 +671,5 @@ class KogModelRunner(GPUModelRunnerV2):
     def shutdown(self) -> None:
         self._kog_abandon_run_ahead()
         self.kog_counters.flush()
+        self.kog_counters.remove()  # `kog stats` reads running servers; nothing is left under the state directory
         super().shutdown()

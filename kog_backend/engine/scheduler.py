@@ -12,7 +12,8 @@ things change against vLLM's Scheduler, both in this subclass (selected with `--
      (p .. p+n-1), so num_computed_tokens advances by n-1 more than the scheduler assumed; tokens are then
      appended one by one with vLLM's own stop checks (EOS, stop ids, max_tokens, max_model_len), which trim
      the burst exactly where one-token-per-step decoding would have stopped. Stop strings stay with the
-     detokenizer, which truncates the text the same way.
+     detokenizer, which truncates the text the same way. A decode step that returns no token (an aborted
+     monokernel launch, discarded by the runner) has computed nothing: the position is retaken.
 
 Async scheduling schedules step n+1 before step n's tokens are known, which a variable number of tokens per
 step would break: K > 1 runs with async scheduling off (the engine's per-step cost is amortised over K instead).
@@ -56,6 +57,13 @@ class KogScheduler(Scheduler):
             for req_id, idx in model_runner_output.req_id_to_index.items():
                 extra = len(sampled[idx]) - scheduler_output.num_scheduled_tokens.get(req_id, 0)
                 request = self.requests.get(req_id)
-                if extra > 0 and request is not None and not request.is_finished():
+                if request is None or request.is_finished():
+                    continue
+                if extra > 0:
                     request.num_computed_tokens += extra
+                elif not sampled[idx] and request.num_computed_tokens >= request.num_tokens:
+                    # A step that was due a token returned none: the kog runner discarded an aborted monokernel
+                    # launch (runner._kog_check_launch_status). The position is retaken by the next step (stock),
+                    # as a rejected speculative token is; a partial prefill chunk (computed < num_tokens) is not this.
+                    request.num_computed_tokens -= scheduler_output.num_scheduled_tokens.get(req_id, 0)
         return super().update_from_output(scheduler_output, model_runner_output)

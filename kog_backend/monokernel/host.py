@@ -173,6 +173,9 @@ class Monokernel:
         assert isinstance(plan, Plan)
         self.plan = plan
         self.head_dim = s.head_dim
+        reason = self.residency_reason(world > 1)
+        if reason is not None:
+            raise ValueError(reason)
         self._weights = weights  # keeps every pointer in the table alive
         self._kv_caches = list(kv_caches)
         L, H, D, I, nh, nkv, S = (
@@ -207,6 +210,10 @@ class Monokernel:
             tp_fields = {"tp_size": world, "tp_rank": tp_buffer.rank, "tp_parts": base + lay.parts,
                          "tp_keys": base + lay.keys, "tp_delta": deltas}  # fmt: skip
         self._counters_ptr = counters_ptr
+        # The launch outcome (ModelArgs::status_out): each launch's last block writes its abort word here, 0 when
+        # every wait completed. Pinned host memory, which under UVA the device writes through the same address; the
+        # host reads it once the launch is done (stream order: vLLM waited for the step's output behind it).
+        self.status = torch.zeros(1, dtype=torch.int32, pin_memory=True)
         self.argmax_slots = torch.zeros(plan.grid, dtype=torch.int64, device=device)
         # Top-k / top-p / min-p draws (burst_sampling.cuh, TP = 1): zero between tokens, the kernel keeps it so.
         self.sample_work = None
@@ -266,6 +273,7 @@ class Monokernel:
             "trace": 0,
             "vocab_start": s.vocab_start, **tp_fields,
             "sample_work": self.sample_work.data_ptr() if self.sample_work is not None else 0,
+            "status_out": self.status.data_ptr(), "inject_fault": 0,
         }  # fmt: skip
         self._model_values = model
         self.model_table = _to_device(layout.pack_model(model), device)
@@ -287,17 +295,19 @@ class Monokernel:
         logits_out: torch.Tensor | None = None,
         tokens_out: torch.Tensor | None = None,
         model_table: torch.Tensor | None = None,
+        num_out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """One decode step: appends this position's K/V to every layer's cache, returns the greedy token as an
         int64 [1] GPU tensor (a fresh tensor unless `tokens_out` is given); if `logits_out` (bf16 [vocab]) is given
-        it receives the logical-vocabulary logits. No host synchronisation."""
+        it receives the logical-vocabulary logits; if `num_out` (int32 [1] GPU) is given it receives 1, or 0 when
+        the launch aborted (status_word). No host synchronisation."""
         if logits_out is not None and logits_out.numel() < self.logical_vocab:
             raise ValueError(f"logits_out has {logits_out.numel()} elements for a vocabulary of {self.logical_vocab}")
         if tokens_out is None:
             tokens_out = torch.empty(1, dtype=torch.int64, device=self.device)
         self.ops.monokernel_step(
             self.model_table if model_table is None else model_table, input_ids, positions, block_table,
-            slot_mapping, tokens_out, logits_out, None, None, self.scratch, 1, self.head_dim,
+            slot_mapping, tokens_out, logits_out, num_out, None, self.scratch, 1, self.head_dim,
             self.plan.heads_per_pass, self.plan.grid, self.plan.smem_bytes, None, 0.0, self.tp_world,
         )  # fmt: skip
         return tokens_out
@@ -419,6 +429,31 @@ class Monokernel:
         table = self.variant_table(trace=trace.data_ptr(), **overrides)
         return table, trace
 
+    def residency_reason(self, tp: bool) -> str | None:
+        """None when the device holds every block of this plan's grid at once (each kernel variant the runner may
+        launch: greedy and sampled), else why not: the kernel's blocks wait for each other, so a grid that is not
+        all resident would hang (the kernel would abort it after ~1 ms, sync.cuh; this refuses it up front)."""
+        if not kog_ops.has_op("monokernel_max_grid"):
+            return None
+        for sampled in (False, True):
+            held = int(self.ops.monokernel_max_grid(self.head_dim, self.plan.heads_per_pass, sampled, tp,
+                                                    self.plan.smem_bytes, self.device.index or 0))
+            if held < self.plan.grid:
+                return (f"the device holds {held} blocks of the monokernel at once (occupancy x available SMs), "
+                        f"its grid is {self.plan.grid} (another process or a partition holding SMs?)")
+        return None
+
+    def status_word(self) -> int:
+        """The abort word of the last launch that ran (0: it completed; else the kSite* of the first wait that gave
+        up, sync.cuh). A host read of pinned memory, no device call: valid once that launch is done (an event or a
+        synchronisation behind it on the stream, such as vLLM's wait for the step's output)."""
+        return int(self.status[0])
+
+    def fault_table(self) -> torch.Tensor:
+        """A copy of the argument table whose launches abort (ModelArgs::inject_fault: one wait never completes).
+        Fault tests only; use it through step / generate(model_table=...)."""
+        return self.variant_table(inject_fault=1)
+
     def _read_counters(self) -> torch.Tensor:
         if self._tp_buffer is None:
             return self.counters
@@ -436,6 +471,7 @@ class Monokernel:
             self.sample_work.zero_()
         if self.burst_counts is not None:
             self.burst_counts.zero_()
+        self.status.zero_()
         if self._tp_buffer is not None:
             torch.cuda.synchronize(self.device)
             nbytes = self.counters.numel() * 4
@@ -449,19 +485,29 @@ class Monokernel:
         if site == 0:
             return None
         block, what, target, seen = (x & 0xFFFFFFFF for x in c[ABORT + 1 : ABORT + 5])
-        kinds = {1: "counter", 2: "weight slot full", 3: "weight slot empty (loader)", 4: "next-token go (loader)",
-                 5: "hand-off hold (loader)", 6: "tagged hand-off"}
-        desc = f"{kinds.get(site, site)} wait timed out in block {block}: what={what} target={target} seen={seen}"
-        if site == 1:
-            desc += f" ({describe_counter(what, self.shape.num_kv_heads)})"
-        return desc
+        return describe_abort(site, block, what, target, seen, self.shape.num_kv_heads)
 
 
 ABORT = 4  # kCtrAbort (sync.cuh); kCtrDiag = ABORT + 1 .. ABORT + 4
+SITE_NOT_RESIDENT = 7  # kSiteNotResident (sync.cuh)
+ABORT_SITES = {1: "counter", 2: "weight slot full", 3: "weight slot empty (loader)", 4: "next-token go (loader)",
+               5: "hand-off hold (loader)", 6: "tagged hand-off", SITE_NOT_RESIDENT: "blocks not resident"}
+
+
+def describe_abort(site: int, block: int, what: int, target: int, seen: int, num_kv_heads: int) -> str:
+    """The diagnostic of an aborted launch from its abort word (site) and the four words after it (sync.cuh)."""
+    if site == SITE_NOT_RESIDENT:
+        on = "tagged words" if what == 0xFFFFFFFF else f"counter {what} ({describe_counter(what, num_kv_heads)})"
+        return f"blocks not resident: block {block} waited over 1 ms on {on} with {seen} of {target} blocks started"
+    desc = f"{ABORT_SITES.get(site, site)} wait timed out in block {block}: what={what} target={target} seen={seen}"
+    if site == 1:
+        desc += f" ({describe_counter(what, num_kv_heads)})"
+    return desc
 
 
 def describe_counter(index: int, num_kv_heads: int) -> str:
-    names = {0: "epoch", 1: "finish", 2: "lm", 3: "token-ready", 10: "sample-arrive", 11: "sample-ready"}
+    names = {0: "epoch", 1: "finish", 2: "lm", 3: "token-ready", 9: "tp-lm", 10: "sample-arrive", 11: "sample-ready",
+             12: "started"}
     base = layout.CONFIG["kCtrLayerBase"]
     if index < base:
         return names.get(index, f"global {index}")

@@ -62,6 +62,8 @@ MODEL_FIELDS: tuple[tuple[str, str, int], ...] = (
     ("tp_keys", "p", 1),
     ("tp_delta", "i", 8),
     ("sample_work", "p", 1),
+    ("status_out", "p", 1),
+    ("inject_fault", "i", 1),
 )
 
 LAYER_FIELDS: tuple[str, ...] = (
@@ -99,7 +101,7 @@ CONFIG: dict[str, int] = {
     "kVersion": 2,
     "attn_work_floats_64": 36 * 64 + 64,
     "attn_work_floats_128": 36 * 128 + 64,
-    "kCtrLayerBase": 12,
+    "kCtrLayerBase": 13,
     "layer_counter_count_0": 5,
     "kTraceEvents": 18,
     "kMaxTP": 8,

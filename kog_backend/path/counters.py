@@ -7,6 +7,7 @@ process; `KogWorker.kog_stats()` returns the same dict through vLLM's `collectiv
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -20,6 +21,9 @@ logger = logging.getLogger("kog_backend")
 
 KOG_PATH = "kog"  # the key under which steps that ran on the kog path are counted
 DEFAULT_STATE_DIR = os.path.join(tempfile.gettempdir(), "kog_backend")
+# Set by the first process of a server that loads kog (the API server; kog_backend.engine.plugin) to its pid, and
+# inherited by its engine and workers: /metrics shows the counters of its own server's workers only.
+SERVER_ENV = "KOG_SERVER_ID"
 
 
 def state_dir(configured: str = "") -> str:
@@ -38,6 +42,7 @@ class StepCounters:
         self.single_token: Counter[str] = Counter()
         self.run_ahead_used = 0  # bursts launched ahead (kog_backend/path/run_ahead.py) that vLLM's next step took
         self.run_ahead_abandoned = 0  # ... that it did not (cancelled on the GPU)
+        self.launch_aborts = 0  # monokernel launches that aborted (a wait gave up); their tokens were discarded
         self.timeline: dict[str, float] | None = None  # the last request's step timeline (kog option step_timeline)
         self.disabled_reason: str | None = None
         self.path = path
@@ -46,6 +51,8 @@ class StepCounters:
         self._dirty = False
         self._lock = threading.Lock()
         self.started = time.time()
+        if path is not None:  # also where vLLM ends the worker without the runner's shutdown (SIGTERM -> SystemExit)
+            atexit.register(self.remove)
 
     def record_kog(self, num_tokens: int = 1) -> None:
         self.kog_steps += 1
@@ -65,6 +72,10 @@ class StepCounters:
         else:
             self.run_ahead_abandoned += 1
         self._touch()
+
+    def record_launch_abort(self) -> None:
+        self.launch_aborts += 1
+        self._touch(force=True)
 
     def record_timeline(self, summary: dict[str, float] | None) -> None:
         if summary is not None:
@@ -95,6 +106,8 @@ class StepCounters:
             "single_token_steps": dict(self.single_token.most_common()),
             "run_ahead_used": self.run_ahead_used,
             "run_ahead_abandoned": self.run_ahead_abandoned,
+            "launch_aborts": self.launch_aborts,
+            "server": os.environ.get(SERVER_ENV, ""),
             "disabled_reason": self.disabled_reason,
             **({"timeline": self.timeline} if self.timeline is not None else {}),
         }
@@ -113,6 +126,20 @@ class StepCounters:
         now = time.monotonic()
         if force or now - self._last_flush >= self.flush_interval_s:
             self.flush()
+
+    def remove(self) -> None:
+        """Deletes this process's file (at shutdown: `kog stats` and /metrics read running servers only)."""
+        if self.path is None:
+            return
+        with self._lock:
+            self._dirty = False
+            try:
+                os.remove(self.path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                logger.warning("kog: could not remove %s: %s", self.path, e)
+            self.path = None
 
     def flush(self) -> None:
         if self.path is None or not self._dirty:

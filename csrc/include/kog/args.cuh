@@ -100,6 +100,13 @@ struct ModelArgs {
   // Top-k / top-p / min-p bursts (burst_sampling.cuh; TP = 1): the grid's level histogram, bins and cut,
   // BurstSamplingConfig::kGridBytes, all zero between tokens (zeroed with the counters after an abort).
   uint8_t* sample_work;
+  // Launch outcome (fault handling, docs/monokernel.md "Faults"): the launch's last block writes the abort word
+  // (0: every wait completed; else the kSite* of the first wait that gave up, sync.cuh) here. Pinned host memory
+  // mapped into the device (UVA), or null.
+  uint32_t* status_out;
+  // Fault injection (tests only; 0 in production): 1 makes the LM head's wait for the last layer's down
+  // projection never complete (its target moves 2^30 away), so the launch aborts (sync.cuh).
+  int64_t inject_fault;
 };
 
 // ModelArgs fields the consumers read right after a hand-off's wait (and the loader at each stage change), copied

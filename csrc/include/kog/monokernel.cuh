@@ -341,6 +341,8 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
   const int I = static_cast<int>(m.inter), S = static_cast<int>(m.num_splits), bs = static_cast<int>(m.block_size);
   const float eps = static_cast<float>(m.rms_eps);
   uint32_t* ctrs = m.counters;
+  // Fault injection (ModelArgs::inject_fault, tests only): one wait whose target is never reached.
+  const uint32_t fault_bias = m.inject_fault == 1 ? (1u << 30) : 0u;
   const uint32_t n_qkv = static_cast<uint32_t>(hdr.geo[C::kStageQKV].chunks);
   const uint32_t n_o = static_cast<uint32_t>(hdr.geo[C::kStageO].chunks);
   const uint32_t n_gu = static_cast<uint32_t>(hdr.geo[C::kStageGU].chunks);
@@ -625,7 +627,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
       const uint32_t rkey = kSampled ? rng::row_key(__ldg(step.sample_seed), pos) : 0u;
       uint64_t best = 0;
       if (mine > 0) {
-        consumer_wait(ctrs, layer_counter_index(L - 1, nkv, C::kStageDown), next * n_down * nw, tp);
+        consumer_wait(ctrs, layer_counter_index(L - 1, nkv, C::kStageDown), next * n_down * nw + fault_bias, tp);
         rmsnorm_to_smem(x_s, tp ? layer_parts(m, L - 1, kPartDown, W, H) : last.down_out, last.rmid,
                         hdr.hot.final_norm, H, eps, hdr.red_norm, W, H);
         if (tid == 0) tr.mark(t, L, kEvLmReady);
@@ -759,7 +761,16 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
           }
         }
       }
+      *reinterpret_cast<volatile uint32_t*>(counter(ctrs, kCtrStarted)) = 0u;
       *reinterpret_cast<volatile uint32_t*>(counter(ctrs, kCtrEpoch)) = epoch0 + static_cast<uint32_t>(ntok);
+      // Every block's abort record precedes its finish add (acquired above). After an abort nothing this launch
+      // wrote is trusted: it reports no token, and the host reads why from status_out with the tokens.
+      const uint32_t site = ld_relaxed(counter(ctrs, kCtrAbort));
+      if (site != 0u) {
+        if (step.num_out != nullptr) *reinterpret_cast<volatile int32_t*>(step.num_out) = 0;
+        if (step.defer_out != nullptr) *reinterpret_cast<volatile int32_t*>(step.defer_out) = 0;
+      }
+      if (m.status_out != nullptr) *reinterpret_cast<volatile uint32_t*>(m.status_out) = site;
     }
   }
 }
@@ -774,6 +785,8 @@ __global__ void __launch_bounds__(MonoConfig::kThreads, 1) monokernel_kernel(con
   // returns before touching shared memory, counters, caches or outputs, so the epoch stays where it was.
   if (step.launch_gate != nullptr && *step.launch_gate < step.gate_min) return;
   const ModelArgs& m = *step.model;
+  // This block runs: waits of the other blocks tell a grid that is not all resident by this count (sync.cuh).
+  if (threadIdx.x == 0) red_relaxed_add(counter(m.counters, kCtrStarted), 1u);
 #ifdef KOG_BENCH_SALT  // diagnostics build: KOG_BENCH_SALT zero-length sleeps here move every instruction after them
                        // by 16 B each (the placement-spread test, docs/tuning.md)
 #pragma unroll

@@ -17,7 +17,9 @@ namespace kog {
 //   9 tp-lm (tensor parallelism: ranks whose best LM-head key of the token arrived here)
 //   10 sample-arrive (blocks whose rows a filtered draw counted, burst_sampling.cuh)   11 sample-ready (cuts
 //      published); both count from 0 within a launch and are zeroed by the launch's last block
-//   12 + l * (5 + nkv) + {0 qkv, 1 o, 2 gate/up, 3 down}: chunks of that stage completed (cumulative over steps)
+//   12 started (blocks of this launch that have begun; counts from 0 within a launch, zeroed by its last block):
+//      a wait that sees fewer than gridDim.x after kResidencyTimeoutNs knows the grid is not all resident
+//   13 + l * (5 + nkv) + {0 qkv, 1 o, 2 gate/up, 3 down}: chunks of that stage completed (cumulative over steps)
 //                      + 4 attn_done: KV heads whose attention output is combined
 //                      + 5 + h: splits of KV head h finished
 // Counters only grow (mod 2^32); a wait for step e compares against (e + 1) * count with wrap-aware arithmetic, so
@@ -27,16 +29,22 @@ namespace kog {
 constexpr int kCtrEpoch = 0, kCtrFinish = 1, kCtrLM = 2, kCtrTokenReady = 3, kCtrAbort = 4, kCtrDiag = 5;
 constexpr int kCtrTpLM = 9;
 constexpr int kCtrSampleArrive = 10, kCtrSampleReady = 11;
-constexpr int kCtrLayerBase = 12;
-static_assert(kCtrSampleReady < kCtrLayerBase, "global counters precede the layers' blocks");
+constexpr int kCtrStarted = 12;
+constexpr int kCtrLayerBase = 13;
+static_assert(kCtrSampleReady < kCtrStarted && kCtrStarted < kCtrLayerBase, "global counters precede the layers' blocks");
 constexpr int kCtrAttnDone = 4, kCtrAttnKV = 5;  // within a layer's block, after the four GEMV stages
 
 // Abort sites (the value of counter kCtrAbort).
 constexpr uint32_t kSiteCounter = 1, kSiteFull = 2, kSiteEmpty = 3, kSiteTokenGo = 4, kSiteHandoff = 5,
-                   kSiteTagged = 6;
+                   kSiteTagged = 6, kSiteNotResident = 7;
 // A wait that spins this long (cycles, ~1.1 s at 1.98 GHz) records itself and gives up, and every other wait then
-// gives up too: the launch finishes with garbage instead of hanging, and the host reads what hung.
+// gives up too: the launch finishes with garbage instead of hanging, and the host reads what hung. The launch's
+// last block then reports no token (num_out 0, defer_out 0) and writes the abort word to ModelArgs::status_out.
 constexpr long long kWaitTimeoutCycles = 1ll << 31;
+// A counter wait that has spun this long (ns of %globaltimer) while fewer than gridDim.x blocks of the launch have
+// started gives up with kSiteNotResident: the blocks it waits for may never run while it spins (another process or
+// stream holds SMs). Every block starts within a few us of the launch when the grid is resident.
+constexpr unsigned long long kResidencyTimeoutNs = 1000000ull;
 
 __host__ __device__ constexpr int layer_counter_count(int num_kv_heads) { return 5 + num_kv_heads; }
 __host__ __device__ constexpr int num_counters(int num_layers, int num_kv_heads) {
@@ -98,6 +106,12 @@ __device__ __forceinline__ uint32_t atom_acq_rel_add(uint32_t* p, uint32_t v) {
 // a >= b for counters that wrap mod 2^32 (they never drift more than 2^31 apart).
 __device__ __forceinline__ bool reached(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) >= 0; }
 
+__device__ __forceinline__ unsigned long long globaltimer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+
 __device__ __forceinline__ bool aborted(uint32_t* ctrs) { return ld_relaxed(counter(ctrs, kCtrAbort)) != 0u; }
 
 __device__ __noinline__ void record_abort(uint32_t* ctrs, uint32_t site, uint32_t what, uint32_t target,
@@ -108,6 +122,23 @@ __device__ __noinline__ void record_abort(uint32_t* ctrs, uint32_t site, uint32_
     *counter(ctrs, kCtrDiag + 2) = target;
     *counter(ctrs, kCtrDiag + 3) = seen;
   }
+}
+
+// Slow path of a wait whose producers are other blocks (every 1024 polls): once it has seen fewer than gridDim.x
+// blocks started for kResidencyTimeoutNs (g0: 0 until it first sees that, then when), records kSiteNotResident
+// (what: the counter index, or kWhatTagged for a tagged-word wait) and returns true.
+constexpr uint32_t kWhatTagged = 0xffffffffu;
+__device__ __forceinline__ bool abort_if_not_resident(uint32_t* ctrs, unsigned long long& g0, uint32_t what) {
+  const uint32_t started = ld_relaxed(counter(ctrs, kCtrStarted));
+  if (started >= gridDim.x) return false;
+  const unsigned long long now = globaltimer_ns();
+  if (g0 == 0) {
+    g0 = now;
+    return false;
+  }
+  if (now - g0 <= kResidencyTimeoutNs) return false;
+  record_abort(ctrs, kSiteNotResident, what, gridDim.x, started);
+  return true;
 }
 
 // ---- register reallocation between warpgroups (sm_90; every thread of the warpgroup executes it) ------------------
@@ -133,13 +164,17 @@ __device__ __forceinline__ void spin_until(uint32_t* ctrs, int index, uint32_t t
   uint32_t v = sys ? ld_acquire_sys(p) : ld_acquire(p);
   if (!reached(v, target)) {
     const long long t0 = clock64();
+    unsigned long long g0 = 0;
     for (uint32_t n = 1;; ++n) {
       __nanosleep(32);
       v = sys ? ld_acquire_sys(p) : ld_acquire(p);
       if (reached(v, target)) break;
-      if ((n & 1023u) == 0 && (aborted(ctrs) || clock64() - t0 > kWaitTimeoutCycles)) {
-        record_abort(ctrs, kSiteCounter, static_cast<uint32_t>(index), target, v);
-        break;
+      if ((n & 1023u) == 0) {
+        if (aborted(ctrs) || clock64() - t0 > kWaitTimeoutCycles) {
+          record_abort(ctrs, kSiteCounter, static_cast<uint32_t>(index), target, v);
+          break;
+        }
+        if (abort_if_not_resident(ctrs, g0, static_cast<uint32_t>(index))) break;
       }
     }
   }

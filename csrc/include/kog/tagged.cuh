@@ -73,14 +73,18 @@ __device__ __forceinline__ void tagged_lane_words(const uint32_t* src, int lane,
 #pragma unroll
   for (int e = 0; e < N; ++e) w[e] = ld_relaxed_u32(src + lane + 32 * e);
   const long long t0 = clock64();
+  unsigned long long g0 = 0;
   for (uint32_t round = 1;; ++round) {
     bool all = true;
 #pragma unroll
     for (int e = 0; e < N; ++e) all &= (w[e] >> 16) == tag;
     if (all) break;
-    if ((round & 1023u) == 0 && (aborted(ctrs) || clock64() - t0 > kWaitTimeoutCycles)) {
-      record_abort(ctrs, kSiteTagged, tag, static_cast<uint32_t>(lane), 0u);
-      break;
+    if ((round & 1023u) == 0) {
+      if (aborted(ctrs) || clock64() - t0 > kWaitTimeoutCycles) {
+        record_abort(ctrs, kSiteTagged, tag, static_cast<uint32_t>(lane), 0u);
+        break;
+      }
+      if (abort_if_not_resident(ctrs, g0, kWhatTagged)) break;
     }
     __nanosleep(32);
 #pragma unroll
@@ -113,6 +117,7 @@ __device__ __forceinline__ void tagged_to_smem(bf16* x_s, const uint32_t* src, i
       }
     }
     const long long t0 = clock64();
+    unsigned long long g0 = 0;
     for (uint32_t round = 1;; ++round) {
 #pragma unroll
       for (int j = 0; j < kB; ++j) {
@@ -123,9 +128,12 @@ __device__ __forceinline__ void tagged_to_smem(bf16* x_s, const uint32_t* src, i
         }
       }
       if (pending == 0) break;
-      if ((round & 1023u) == 0 && (aborted(ctrs) || clock64() - t0 > kWaitTimeoutCycles)) {
-        record_abort(ctrs, kSiteTagged, tag, static_cast<uint32_t>(i0), pending);
-        break;
+      if ((round & 1023u) == 0) {
+        if (aborted(ctrs) || clock64() - t0 > kWaitTimeoutCycles) {
+          record_abort(ctrs, kSiteTagged, tag, static_cast<uint32_t>(i0), pending);
+          break;
+        }
+        if (abort_if_not_resident(ctrs, g0, kWhatTagged)) break;
       }
       __nanosleep(32);
 #pragma unroll

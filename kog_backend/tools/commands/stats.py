@@ -39,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"  stock:    {s.get('fallback_steps', 0)} steps")
         for reason, count in s.get("fallbacks", {}).items():
             print(f"    {count:>8}  {reason}")
+        if s.get("launch_aborts"):
+            print(f"  monokernel launches aborted: {s['launch_aborts']} (their tokens discarded, the step ran stock)")
         if s.get("disabled_reason"):
             print(f"  kog disabled: {s['disabled_reason']}")
     return 0

@@ -1,0 +1,101 @@
+"""Stock scheduling for a `--backend kog` server on which kog will not run.
+
+`--backend kog` selects KogScheduler and synchronous scheduling when the command line is parsed
+(cli_args._select_scheduler), before any config exists. When vLLM then builds the engine's config, kog's platform
+(KogCudaPlatform.check_and_update_config, in the API server process, before the engine starts) asks the start
+gate whether kog can run on this server at all (`start_reason`: the server features, vLLM version, GPU, model
+architecture, quantisation, extension); if not, it puts back the scheduler and async-scheduling setting the user
+had (None: vLLM's own default, async scheduling on where vLLM's rule allows), so the server runs exactly as stock.
+
+What the gate cannot know before the model and KV cache exist (a layer the monokernel cannot take, a KV cache
+that is not bf16, a monokernel set-up failure, a kernel abort later on) turns kog off in the worker only; the server
+then keeps kog's scheduling, whose batched steps are stock's except for async scheduling
+(benchmarks/concurrency_ab.sh measures it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kog_backend.config import SCHEDULER_CLS, KogConfig
+
+# Set by cli_args._select_scheduler when it chose kog's scheduling: the values the user had.
+_forced: dict[str, Any] | None = None
+
+
+def record_forced(scheduler_cls: Any, async_scheduling: Any) -> None:
+    global _forced
+    _forced = {"scheduler_cls": scheduler_cls, "async_scheduling": async_scheduling}
+
+
+def start_reason(vllm_config: Any) -> str | None:
+    """Why kog will turn itself off for this server whatever its requests are, as far as the config tells before
+    the engine starts, or None. The worker checks the same and more (runner.KogModelRunner)."""
+    from kog_backend.path import eligibility, support
+    from kog_backend.path.model_spec import SUPPORTED_ARCHS
+
+    cfg = KogConfig.from_vllm_config(vllm_config)
+    if not cfg.enabled:
+        return "kog is off (--backend stock)"
+    reason = eligibility.server_unsupported_reason(vllm_config) or support.vllm_version_reason()
+    if reason is not None:
+        return reason
+    try:
+        from vllm.platforms import current_platform
+
+        cap = current_platform.get_device_capability()
+        if cap is not None:
+            reason = support.gpu_reason((cap.major, cap.minor), current_platform.get_device_name())
+    except Exception:  # noqa: BLE001 (no device to ask here: the worker decides)
+        reason = None
+    if reason is not None:
+        return reason
+    mc = vllm_config.model_config
+    hf = mc.hf_config
+    archs = list(getattr(hf, "architectures", None) or [])
+    if not archs or archs[0] not in SUPPORTED_ARCHS:
+        return f"architecture {archs} is not supported (llama, qwen3 dense only)"
+    window = getattr(hf, "sliding_window", None)
+    if window and getattr(hf, "use_sliding_window", True):
+        return f"sliding-window attention (window {window}) is not supported"
+    if mc.quantization:
+        return f"quantised weights ({mc.quantization})"
+    if cfg.step_impl != "torch":
+        from kog_backend import ops
+
+        reason = ops.load_reason()
+        if reason is not None:
+            return f"monokernel: {reason}"
+        if vllm_config.parallel_config.tensor_parallel_size > 1 and not cfg.tp_monokernel:
+            return "monokernel: tensor parallelism without the tp_monokernel option"
+    return None
+
+
+def restore_stock_scheduling(vllm_config: Any, supports_async: bool | None = None) -> str | None:
+    """Puts back the user's scheduling where kog chose its own and will not run; returns the gate's reason then.
+    supports_async: vLLM's executor's answer (default: asked from vLLM)."""
+    sc = vllm_config.scheduler_config
+    if _forced is None or sc.scheduler_cls != SCHEDULER_CLS:
+        return None
+    reason = start_reason(vllm_config)
+    if reason is None:
+        return None
+    sc.scheduler_cls = _forced["scheduler_cls"]
+    user_async = _forced["async_scheduling"]
+    if user_async is None:  # vLLM's default rule (VllmConfig.__post_init__) for what a kog-less server has
+        if supports_async is None:
+            from vllm.v1.executor.abstract import Executor
+
+            supports_async = Executor.get_class(vllm_config).supports_async_scheduling()
+        user_async = bool(
+            supports_async and vllm_config.speculative_config is None
+            and getattr(vllm_config.model_config, "runner_type", "generate") != "pooling"
+        )  # fmt: skip
+    sc.async_scheduling = user_async
+    from vllm.logger import init_logger
+
+    init_logger("kog_backend.engine.scheduling").info(
+        "kog will not run on this server (%s): stock scheduling (scheduler %s, async scheduling %s)",
+        reason, sc.scheduler_cls or "vLLM's default", "on" if user_async else "off",
+    )  # fmt: skip
+    return reason

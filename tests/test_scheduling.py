@@ -1,0 +1,88 @@
+"""Stock scheduling for a `--backend kog` server where kog will not run (kog_backend/engine/scheduling.py): the
+start gate's verdict from the config, and the scheduler / async-scheduling setting put back."""
+
+from __future__ import annotations
+
+import argparse
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from kog_backend import ops
+from kog_backend.config import SCHEDULER_CLS
+from kog_backend.engine import cli_args, scheduling
+
+
+def _config(arch="LlamaForCausalLM", tp=1, kog=None, quantization=None, dtype=torch.bfloat16):
+    pc = SimpleNamespace(pipeline_parallel_size=1, data_parallel_size=1, tensor_parallel_size=tp,
+                         decode_context_parallel_size=1, prefill_context_parallel_size=1)
+    hf = SimpleNamespace(architectures=[arch])
+    mc = SimpleNamespace(dtype=dtype, runner_type="generate", hf_config=hf, quantization=quantization,
+                         is_encoder_decoder=False, is_multimodal_model=False)
+    return SimpleNamespace(
+        additional_config={"kog": {"enabled": True, **(kog or {})}}, parallel_config=pc, model_config=mc,
+        lora_config=None, speculative_config=None, cache_config=SimpleNamespace(cache_dtype="auto"),
+        scheduler_config=SimpleNamespace(scheduler_cls=SCHEDULER_CLS, async_scheduling=False),
+    )  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _no_forced(monkeypatch):
+    monkeypatch.setattr(scheduling, "_forced", None)
+    monkeypatch.setattr(ops, "load_reason", lambda: None)  # the extension's presence is not what is tested here
+
+
+@pytest.mark.parametrize(
+    "kwargs, expect",
+    [
+        ({}, None),
+        ({"arch": "GPT2LMHeadModel"}, "architecture ['GPT2LMHeadModel'] is not supported"),
+        ({"quantization": "fp8"}, "quantised weights (fp8)"),
+        ({"dtype": torch.float16}, "model dtype"),
+        ({"tp": 2}, "tensor parallelism without the tp_monokernel option"),
+        ({"tp": 2, "kog": {"tp_monokernel": True}}, None),
+        ({"kog": {"enabled": False}}, "kog is off"),
+    ],
+)
+def test_start_reason(kwargs, expect):
+    reason = scheduling.start_reason(_config(**kwargs))
+    if expect is None:
+        assert reason is None
+    else:
+        assert reason is not None and expect in reason, reason
+
+
+def test_extension_missing_is_a_start_reason(monkeypatch):
+    monkeypatch.setattr(ops, "load_reason", lambda: "kog_backend._C is not built")
+    assert scheduling.start_reason(_config()) == "monokernel: kog_backend._C is not built"
+    assert scheduling.start_reason(_config(kog={"step_impl": "torch"})) is None
+
+
+@pytest.mark.parametrize("user_async, supports, want", [(None, True, True), (None, False, False), (False, True, False)])
+def test_stock_scheduling_put_back_when_kog_will_not_run(user_async, supports, want):
+    scheduling.record_forced(None, user_async)
+    cfg = _config(arch="GPT2LMHeadModel")
+    assert scheduling.restore_stock_scheduling(cfg, supports_async=supports) is not None
+    assert cfg.scheduler_config.scheduler_cls is None and cfg.scheduler_config.async_scheduling is want
+
+
+def test_kog_scheduling_kept_when_kog_runs():
+    scheduling.record_forced(None, None)
+    cfg = _config()
+    assert scheduling.restore_stock_scheduling(cfg, supports_async=True) is None
+    assert (cfg.scheduler_config.scheduler_cls, cfg.scheduler_config.async_scheduling) == (SCHEDULER_CLS, False)
+
+
+def test_nothing_put_back_unless_kog_chose_the_scheduling():
+    cfg = _config(arch="GPT2LMHeadModel")  # e.g. way 2: the user passed --scheduler-cls by hand
+    assert scheduling.restore_stock_scheduling(cfg, supports_async=True) is None
+    assert (cfg.scheduler_config.scheduler_cls, cfg.scheduler_config.async_scheduling) == (SCHEDULER_CLS, False)
+
+
+def test_backend_kog_records_the_users_scheduling():
+    ns = argparse.Namespace(backend="kog", worker_cls="auto", additional_config={}, scheduler_cls=None,
+                            async_scheduling=None)  # fmt: skip
+    cli_args.apply_backend_selection(ns)
+    assert (ns.scheduler_cls, ns.async_scheduling) == (SCHEDULER_CLS, False)
+    assert scheduling._forced == {"scheduler_cls": None, "async_scheduling": None}
