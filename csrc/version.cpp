@@ -2,6 +2,6 @@
 
 namespace kog {
 
-int64_t version() { return 4; }
+int64_t version() { return 5; }
 
 }  // namespace kog

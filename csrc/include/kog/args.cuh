@@ -36,6 +36,7 @@ struct LayerArgs {
   bf16* act;               // [I]  silu(gate) * up
   bf16* down_out;          // [H]
   bf16* rin_next;          // [H]  residual entering the next layer: bf16(down + rmid)
+  const bf16* qkv_bias;    // [(nh + 2 nkv) D] or null (Qwen2's QKV bias, added in the QKV epilogue)
 };
 
 struct ModelArgs {
@@ -100,6 +101,9 @@ struct ModelArgs {
   // Top-k / top-p / min-p bursts (burst_sampling.cuh; TP = 1): the grid's level histogram, bins and cut,
   // BurstSamplingConfig::kGridBytes, all zero between tokens (zeroed with the counters after an abort).
   uint8_t* sample_work;
+  // Bytes of one weight-ring slot (plan.py): MonoConfig::kSlotBytes, or more where one unit's row (a down row of
+  // I = 17408 .. 27648, 34-54 KiB) does not fit it; a multiple of 1 KiB.
+  int64_t slot_bytes;
 };
 
 // ModelArgs fields the consumers read right after a hand-off's wait (and the loader at each stage change), copied
