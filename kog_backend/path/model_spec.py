@@ -34,6 +34,29 @@ SUPPORTED_ARCHS = {
 SUPPORTED_HEAD_DIMS = (64, 128)
 
 
+def architecture_reason(archs: list[str]) -> str | None:
+    """Why the config's `architectures` are not on the kog path, or None."""
+    if archs and archs[0] in SUPPORTED_ARCHS:
+        return None
+    return f"architectures {archs} is not supported (dense Llama, Mistral, Qwen2, Qwen3 only)"
+
+
+def sliding_window_reason(window: int | None, use_sliding_window: bool | None) -> str | None:
+    """Mistral sets only the window (null in 7B-v0.3); Qwen2/Qwen3 also the switch (off in every published config)."""
+    if window and (use_sliding_window is None or use_sliding_window):
+        return f"sliding_window {window}: sliding-window attention is not supported"
+    return None
+
+
+def rope_scaling_reason(rope: dict | None) -> str | None:
+    """Default RoPE and Llama 3's scaling are what the RoPE cache the kernel reads holds; YaRN, dynamic NTK,
+    linear and longrope are not checked against vLLM on the kog path (no listed config uses them)."""
+    kind = (rope or {}).get("rope_type") or (rope or {}).get("type") or "default"
+    if kind not in ("default", "llama3"):
+        return f"rope_scaling {kind!r} is not supported (default and llama3 only)"
+    return None
+
+
 class UnsupportedModel(Exception):
     """The loaded model cannot run on the kog path; str(e) is the reason."""
 
@@ -146,17 +169,16 @@ def from_vllm_model(model: torch.nn.Module, vllm_config: Any) -> DecoderWeights:
     """Views of a loaded vLLM Llama/Qwen3 model (`runner.model`). Raises UnsupportedModel with a reason."""
     hf = vllm_config.model_config.hf_config
     archs = list(getattr(hf, "architectures", None) or [])
-    arch = SUPPORTED_ARCHS.get(archs[0]) if archs else None
-    if arch is None:
-        raise UnsupportedModel(
-            f"architectures {archs or type(model).__name__} is not supported (dense Llama, Mistral, Qwen2, Qwen3 only)"
-        )
+    reason = architecture_reason(archs or [type(model).__name__])
+    if reason is not None:
+        raise UnsupportedModel(reason)
+    arch = SUPPORTED_ARCHS[archs[0]]
     inner = getattr(model, "model", None)
     if inner is None or not hasattr(inner, "layers"):
         raise UnsupportedModel(f"{type(model).__name__} has no .model.layers")
-    window = getattr(hf, "sliding_window", None)
-    if window and getattr(hf, "use_sliding_window", True):  # Mistral sets only the window; Qwen3 also the switch
-        raise UnsupportedModel(f"sliding_window {window}: sliding-window attention is not supported")
+    reason = sliding_window_reason(getattr(hf, "sliding_window", None), getattr(hf, "use_sliding_window", None))
+    if reason is not None:
+        raise UnsupportedModel(reason)
     params = {n: p for n, p in model.named_parameters()}
     quantised = [n for n, p in params.items() if p.dtype not in (torch.bfloat16, torch.float16, torch.float32)]
     if quantised or vllm_config.model_config.quantization:
@@ -187,6 +209,9 @@ def from_vllm_model(model: torch.nn.Module, vllm_config: Any) -> DecoderWeights:
     head_dim = attn0.head_dim
     if head_dim not in SUPPORTED_HEAD_DIMS:
         raise UnsupportedModel(f"head_dim {head_dim} (64 or 128 only)")
+    reason = rope_scaling_reason(getattr(hf, "rope_scaling", None) or getattr(hf, "rope_parameters", None))
+    if reason is not None:
+        raise UnsupportedModel(reason)
     rope = attn0.rotary_emb
     if type(rope).__name__ not in ("RotaryEmbedding", "Llama3RotaryEmbedding"):
         raise UnsupportedModel(
