@@ -13,6 +13,8 @@ from typing import Any
 
 from kog_backend.monokernel.plan import Plan, make_plan
 from kog_backend.path.model_spec import (
+    MLP_BIAS_REASON,
+    O_PROJ_BIAS_REASON,
     SUPPORTED_ARCHS,
     SUPPORTED_HEAD_DIMS,
     DecoderShape,
@@ -50,10 +52,10 @@ def shape_from_config(cfg: Mapping[str, Any], tp_size: int = 1) -> DecoderShape 
     if dtype not in (None, "bfloat16"):
         return f"torch_dtype {dtype} (bf16 only; serve it with --dtype bfloat16)"
     if cfg.get("mlp_bias"):
-        return "mlp_bias: the MLP projections have a bias"
-    qkv_bias = arch == "qwen2" or bool(cfg.get("attention_bias"))
-    if qkv_bias and arch != "qwen2":
-        return f"attention_bias on {archs[0]}: a bias on o_proj as well as QKV (only Qwen2's QKV bias is supported)"
+        return MLP_BIAS_REASON
+    if cfg.get("attention_bias") and arch != "qwen2":  # Llama / Mistral / Qwen3: q, k, v and o_proj all get one
+        return O_PROJ_BIAS_REASON
+    qkv_bias = arch == "qwen2"
     H, nh = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
     nkv = int(cfg.get("num_key_value_heads") or nh)
     D = int(cfg.get("head_dim") or H // nh)

@@ -34,6 +34,10 @@ SUPPORTED_ARCHS = {
 SUPPORTED_HEAD_DIMS = (64, 128)
 
 
+O_PROJ_BIAS_REASON = "attention_bias: o_proj has a bias (only Qwen2's QKV bias is supported)"
+MLP_BIAS_REASON = "mlp_bias: the MLP projections have a bias"
+
+
 def architecture_reason(archs: list[str]) -> str | None:
     """Why the config's `architectures` are not on the kog path, or None."""
     if archs and archs[0] in SUPPORTED_ARCHS:
@@ -248,10 +252,10 @@ def from_vllm_model(model: torch.nn.Module, vllm_config: Any) -> DecoderWeights:
     if any((lw.qkv_bias is not None) != shape.qkv_bias for lw in layers):
         raise UnsupportedModel("attention_bias: some layers have a QKV bias and some do not")
     if any(getattr(layer.self_attn.o_proj, "bias", None) is not None for layer in inner.layers):
-        raise UnsupportedModel("attention_bias: o_proj has a bias (only a QKV bias is supported)")
+        raise UnsupportedModel(O_PROJ_BIAS_REASON)
     if any(getattr(m, "bias", None) is not None for layer in inner.layers
            for m in (layer.mlp.gate_up_proj, layer.mlp.down_proj)):
-        raise UnsupportedModel("mlp_bias: the MLP projections have a bias")
+        raise UnsupportedModel(MLP_BIAS_REASON)
     cos_sin = rope.cos_sin_cache
     if cos_sin.dtype != dtype:
         cos_sin = cos_sin.to(dtype)  # what vLLM's rope does on first use (rotary_embedding/base.py)
