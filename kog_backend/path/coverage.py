@@ -99,9 +99,10 @@ def verdict(cfg: Mapping[str, Any], sm_count: int = H100_SMS, tp_size: int = 1) 
 
 def weight_bytes(cfg: Mapping[str, Any]) -> int:
     """bf16 bytes of the stored parameters (tied embedding once)."""
+    from kog_backend.tools.bench.model_bytes import normalized
     from kog_backend.tools.fixtures.shapes import BF16_BYTES, param_count
 
-    return param_count(dict(cfg, model_type=cfg.get("model_type", "llama"))) * BF16_BYTES
+    return param_count(normalized(cfg)) * BF16_BYTES
 
 
 def kv_bytes_per_token(cfg: Mapping[str, Any]) -> int:
