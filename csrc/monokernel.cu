@@ -310,11 +310,13 @@ std::vector<int64_t> monokernel_layout() {
   KOG_OFF(ModelArgs, trace); KOG_OFF(ModelArgs, tp_size); KOG_OFF(ModelArgs, tp_rank); KOG_OFF(ModelArgs, vocab_start);
   KOG_OFF(ModelArgs, tp_parts); KOG_OFF(ModelArgs, tp_keys); KOG_OFF(ModelArgs, tp_delta);
   KOG_OFF(ModelArgs, sample_work); KOG_OFF(ModelArgs, status_out); KOG_OFF(ModelArgs, inject_fault);
+  KOG_OFF(ModelArgs, slot_bytes);
   KOG_OFF(LayerArgs, input_norm); KOG_OFF(LayerArgs, qkv); KOG_OFF(LayerArgs, q_norm); KOG_OFF(LayerArgs, k_norm);
   KOG_OFF(LayerArgs, o_proj); KOG_OFF(LayerArgs, post_norm); KOG_OFF(LayerArgs, gate_up); KOG_OFF(LayerArgs, down);
   KOG_OFF(LayerArgs, k_cache); KOG_OFF(LayerArgs, v_cache); KOG_OFF(LayerArgs, qkv_out); KOG_OFF(LayerArgs, q_out);
   KOG_OFF(LayerArgs, attn_ml); KOG_OFF(LayerArgs, attn_acc); KOG_OFF(LayerArgs, attn_out); KOG_OFF(LayerArgs, o_out);
   KOG_OFF(LayerArgs, rmid); KOG_OFF(LayerArgs, act); KOG_OFF(LayerArgs, down_out); KOG_OFF(LayerArgs, rin_next);
+  KOG_OFF(LayerArgs, qkv_bias);
 #undef KOG_OFF
   return v;
 }
@@ -333,7 +335,8 @@ std::vector<int64_t> monokernel_config() {
           C::kTaggedHandoffs, C::kTaggedBatch,     C::kTaggedBuild,  C::kMaxInflight,
           C::kAttnShortLen,
           tagged_layer_words(8192, 32, 8, 64), tagged_layer_words(6144, 16, 8, 128),
-          burst::BurstSamplingConfig::kGridBytes, burst::smem_bytes(0), kCtrSampleArrive};
+          burst::BurstSamplingConfig::kGridBytes, burst::smem_bytes(0), kCtrSampleArrive,
+          C::kSlotAlign};
 }
 
 }  // namespace kog

@@ -2,6 +2,6 @@
 
 namespace kog {
 
-int64_t version() { return 5; }
+int64_t version() { return 6; }
 
 }  // namespace kog

@@ -28,6 +28,15 @@ pytestmark = pytest.mark.vllm_gpu
 # torch step's 256-step maximum plus ~20%.
 ATOL = float(os.environ.get("KOG_LOGIT_ATOL", "0.25"))
 SHAPE_ATOL = {"llama-3.1-8b": float(os.environ.get("KOG_LOGIT_ATOL_8B", "0.75"))}
+# The shapes the derived tiling opened take the 8B's bound (28-64 layers, untied or tied heads of 32k-152k rows)
+# until measured: run them with KOG_TF_IMPLS=torch,monokernel, the torch step following stock's recipe op for op
+# shows how far stock's own rounding spreads at that shape; KOG_LOGIT_ATOL_NEW overrides.
+for _name in ("qwen3-4b", "qwen3-14b", "qwen2.5-coder-7b", "qwen2.5-coder-32b", "mistral-7b", "llama-3.2-3b",
+              "qwen2.5-coder-1.5b", "qwen3-32b"):
+    SHAPE_ATOL[_name] = float(os.environ.get("KOG_LOGIT_ATOL_NEW", "0.75"))
+# gpu_memory_utilization per shape: 0.25 of an 80 GB card holds up to the 8B-class weights (~15 GB) and their KV
+# cache; the 14B (29.5 GB) and 32B (65.5 GB) shapes need more, the 32B a short context.
+SHAPE_MEMORY = {"qwen3-14b": (0.5, None), "qwen3-32b": (0.92, 4096), "qwen2.5-coder-32b": (0.92, 4096)}
 # Issue 3 asks for 256-token greedy outputs.
 NEW_TOKENS = int(os.environ.get("KOG_TF_TOKENS", "256"))
 SHAPES = os.environ.get("KOG_TF_SHAPES", "llama-3.2-1b").split(",")
@@ -39,7 +48,10 @@ IMPLS = os.environ.get("KOG_TF_IMPLS", "torch,monokernel").split(",")
 @pytest.mark.parametrize("prompt_len", [32])
 def test_greedy_parity_under_teacher_forcing(checkpoint, shape, prompt_len, impl):
     model = checkpoint(shape)
-    kw = dict(gpu_memory_utilization=0.25, skip_tokenizer_init=True)
+    util, max_len = SHAPE_MEMORY.get(shape, (0.25, None))
+    kw = dict(gpu_memory_utilization=util, skip_tokenizer_init=True)
+    if max_len is not None:
+        kw["max_model_len"] = max_len
     from transformers import AutoConfig
 
     vocab = AutoConfig.from_pretrained(model).vocab_size

@@ -11,7 +11,7 @@ import os
 import threading
 
 # Must equal kog::version() in csrc/version.cpp (bumped whenever an op's schema changes).
-EXPECTED_VERSION = 5
+EXPECTED_VERSION = 6
 
 _LOCK = threading.Lock()
 _STATE: dict[str, object] = {}

@@ -1,4 +1,4 @@
-"""Tiny random Hugging Face Llama / Qwen3 models and their weights in vLLM's layout (shared by the CPU tests of
+"""Tiny random Hugging Face Llama / Qwen3 / Qwen2 models and their weights in vLLM's layout (shared by the CPU tests of
 the torch step and of the monokernel's reference schedule)."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from kog_backend.path import model_spec
 
 
 def tiny_hf_model(arch: str, head_dim: int, gqa: int, tied: bool, vocab_size: int, intermediate_size: int):
-    """2 layers, hidden 128, 4 query heads; Llama with llama3 RoPE scaling, Qwen3 with qk-norm. Norm weights are
-    moved away from 1 so that a dropped or misplaced norm shows."""
+    """2 layers, hidden 128, 4 query heads; Llama with llama3 RoPE scaling, Qwen3 with qk-norm, Qwen2 with its QKV
+    bias (no qk-norm, rope_theta 1e6). Norm weights are moved away from 1 and the biases (zero at init) drawn
+    N(0, 0.5^2), so that a dropped or misplaced norm or bias shows."""
     common = dict(
         vocab_size=vocab_size, hidden_size=128, intermediate_size=intermediate_size, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=4 // gqa, head_dim=head_dim, max_position_embeddings=256,
@@ -21,6 +22,12 @@ def tiny_hf_model(arch: str, head_dim: int, gqa: int, tied: bool, vocab_size: in
         rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
                 "high_freq_factor": 4.0, "original_max_position_embeddings": 64}  # fmt: skip
         cfg, cls = transformers.LlamaConfig(rope_parameters=rope, **common), transformers.LlamaForCausalLM
+    elif arch == "qwen2":
+        del common["head_dim"]  # Qwen2Config has no field: Qwen2Attention reads config.head_dim when it is set
+        cfg = transformers.Qwen2Config(rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+                                       use_sliding_window=False, **common)
+        cfg.head_dim = head_dim
+        cls = transformers.Qwen2ForCausalLM
     else:
         cfg = transformers.Qwen3Config(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, **common)
         cls = transformers.Qwen3ForCausalLM
@@ -30,6 +37,8 @@ def tiny_hf_model(arch: str, head_dim: int, gqa: int, tied: bool, vocab_size: in
         for name, p in hf.named_parameters():
             if "norm" in name:
                 p.add_(torch.randn_like(p) * 0.2)
+            elif name.endswith(".bias"):
+                p.copy_(torch.randn_like(p) * 0.5)
     return hf
 
 
@@ -52,6 +61,8 @@ def weights_from_hf(hf, arch: str, dtype: torch.dtype) -> model_spec.DecoderWeig
                 post_norm=layer.post_attention_layernorm.weight.data.to(dtype),
                 gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).data.to(dtype),
                 down=mlp.down_proj.weight.data.to(dtype),
+                qkv_bias=torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]).data.to(dtype)
+                if a.q_proj.bias is not None else None,
             )
         )
     with set_current_vllm_config(VllmConfig(device_config=DeviceConfig(device="cpu"))):
@@ -61,6 +72,7 @@ def weights_from_hf(hf, arch: str, dtype: torch.dtype) -> model_spec.DecoderWeig
         num_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim, intermediate_size=cfg.intermediate_size,
         vocab_size=cfg.vocab_size, padded_vocab_local=cfg.vocab_size, vocab_start=0, rms_eps=cfg.rms_norm_eps,
         qk_norm=arch == "qwen3", tied_embeddings=cfg.tie_word_embeddings, max_position=cfg.max_position_embeddings,
+        qkv_bias=arch == "qwen2",
     )  # fmt: skip
     return model_spec.DecoderWeights(
         shape=shape, embed=m.embed_tokens.weight.data.to(dtype), layers=layers,

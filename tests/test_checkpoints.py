@@ -113,9 +113,15 @@ PUBLISHED_GENERATION = {
                      "temperature": 0.6, "top_p": 0.9, "transformers_version": "4.42.3"},
     "qwen3-1.7b": {"bos_token_id": 151643, "do_sample": True, "eos_token_id": [151645, 151643], "pad_token_id": 151643,
                    "temperature": 0.6, "top_k": 20, "top_p": 0.95, "transformers_version": "4.51.0"},
+    "qwen2.5-coder-7b": {"bos_token_id": 151643, "do_sample": True, "eos_token_id": [151645, 151643],
+                         "pad_token_id": 151643, "repetition_penalty": 1.05, "temperature": 0.7, "top_k": 20,
+                         "top_p": 0.8, "transformers_version": "4.43.1"},
 }
-FAMILY_SAMPLING = {"llama": {"temperature": 0.6, "top_p": 0.9}, "qwen3": {"temperature": 0.6, "top_k": 20, "top_p": 0.95}}
+FAMILY_SAMPLING = {"llama": {"temperature": 0.6, "top_p": 0.9}, "qwen3": {"temperature": 0.6, "top_k": 20, "top_p": 0.95},
+                   "qwen2": {"temperature": 0.7, "top_k": 20, "top_p": 0.8, "repetition_penalty": 1.05},
+                   "mistral": {}}  # fmt: skip
 STOP_TOKENS = {"llama": ["<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"], "qwen3": ["<|im_end|>", "<|endoftext|>"]}
+STOP_TOKENS.update(qwen2=STOP_TOKENS["qwen3"], mistral=STOP_TOKENS["llama"])
 
 
 def test_real_shapes_have_the_published_generation_config():
@@ -149,13 +155,14 @@ def test_every_shape_writes_its_family_generation_config(metadata, name):
         gen = json.load(f)
     assert gen == shapes.generation_config(name)
     family = cfg["model_type"]
-    assert {k: gen[k] for k in FAMILY_SAMPLING[family]} == FAMILY_SAMPLING[family] and gen["do_sample"] is True
-    assert not {"min_p", "repetition_penalty", "max_new_tokens"} & set(gen)
+    assert {k: gen[k] for k in FAMILY_SAMPLING[family]} == FAMILY_SAMPLING[family]
+    assert gen.get("do_sample", False) is bool(FAMILY_SAMPLING[family])
+    assert not ({"min_p", "repetition_penalty", "max_new_tokens"} - set(FAMILY_SAMPLING[family])) & set(gen)
     tok = AutoTokenizer.from_pretrained(d)
     assert gen["eos_token_id"] == tok.convert_tokens_to_ids(STOP_TOKENS[family])
     assert gen["bos_token_id"] == cfg["bos_token_id"] == tok.convert_tokens_to_ids(tok.special_tokens_map.get("bos_token") or "<|endoftext|>")
     assert tok.eos_token_id == cfg["eos_token_id"] == gen["eos_token_id"][0]
-    if family == "qwen3":
+    if family in ("qwen3", "qwen2"):
         assert gen["pad_token_id"] == tok.convert_tokens_to_ids("<|endoftext|>")
     assert GenerationConfig.from_pretrained(d).eos_token_id == gen["eos_token_id"]
 
@@ -165,7 +172,8 @@ def test_every_shape_writes_its_family_generation_config(metadata, name):
     diff = mc.get_diff_sampling_param()
     assert diff == FAMILY_SAMPLING[family]
     default = SamplingParams.from_optional(**diff)
-    assert (default.temperature, default.top_p, default.top_k) == (0.6, gen["top_p"], gen.get("top_k", 0))
+    assert (default.temperature, default.top_p, default.top_k) == (
+        gen.get("temperature", 1.0), gen.get("top_p", 1.0), gen.get("top_k", 0))
     sp = SamplingParams(max_tokens=8)
     sp.update_from_generation_config(mc.try_get_generation_config(), cfg["eos_token_id"])
     assert sp.all_stop_token_ids == set(gen["eos_token_id"])

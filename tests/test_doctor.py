@@ -251,3 +251,39 @@ def test_real_probe_extension_reports_the_load_reason(monkeypatch):
     monkeypatch.setattr(ops, "load_reason", broken)
     ok, detail = Probe().extension()
     assert not ok and "undefined symbol" in detail
+
+
+def _doctor(capsys, *argv):
+    p = argparse.ArgumentParser()
+    doctor_cmd.add_arguments(p)
+    code = doctor_cmd.run(p.parse_args(list(argv)))
+    return code, capsys.readouterr().out
+
+
+def test_model_verdict_by_name_without_gpu(capsys):
+    """`kog doctor --model NAME`: the published config through the gate's checks and the plan, memory stated for
+    the named card; no GPU, no server."""
+    code, out = _doctor(capsys, "--model", "Qwen/Qwen2.5-Coder-32B-Instruct")
+    assert code == 0 and "[ok  ] kog path: qwen2" in out and "QKV bias" in out and "54 KiB" in out
+    assert "fits, KV cache for ~" in out and "would run this model" in out
+    code, out = _doctor(capsys, "--model", "qwen3-4b", "--json", "--gpu", "h200")
+    data = json.loads(out)
+    assert code == 0 and data["runs"] and data["reason"] is None and data["gpu"] == "h200"
+
+
+def test_model_refusal_prints_the_gates_reason(capsys, tmp_path):
+    from kog_backend.path import coverage
+    from kog_backend.tools.fixtures import shapes
+
+    cfg = dict(shapes.MODEL_CONFIGS["Qwen/Qwen2.5-Coder-32B-Instruct"],
+               rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    code, out = _doctor(capsys, "--model", str(tmp_path))
+    reason = coverage.verdict(cfg).reason
+    assert code == 1 and f"[FAIL] kog path: {reason}" in out and "rope_scaling 'yarn'" in reason
+    big = dict(shapes.MODEL_CONFIGS["Qwen/Qwen2.5-32B-Instruct"], num_hidden_layers=80)
+    (tmp_path / "config.json").write_text(json.dumps(big))
+    code, out = _doctor(capsys, "--model", str(tmp_path))
+    assert code == 1 and "[FAIL] memory on h100" in out and "does not fit" in out
+    code, out = _doctor(capsys, "--model", "no-such/model")
+    assert code == 2 and "known:" in out

@@ -22,9 +22,10 @@ def _model():
 @pytest.mark.parametrize(
     "hf,match",
     [
-        (dict(architectures=["Qwen2ForCausalLM"]), "architecture"),
-        (dict(architectures=["MistralForCausalLM"], sliding_window=4096), "sliding-window"),
-        (dict(architectures=["Qwen3ForCausalLM"], sliding_window=4096, use_sliding_window=True), "sliding-window"),
+        (dict(architectures=["Gemma2ForCausalLM"]), "architectures"),
+        (dict(architectures=["MistralForCausalLM"], sliding_window=4096), "sliding_window 4096"),
+        (dict(architectures=["Qwen3ForCausalLM"], sliding_window=4096, use_sliding_window=True), "sliding_window"),
+        (dict(architectures=["Qwen2ForCausalLM"], sliding_window=131072, use_sliding_window=True), "sliding_window"),
     ],
 )
 def test_refusals(hf, match):

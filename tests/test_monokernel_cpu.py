@@ -182,9 +182,11 @@ def test_plan_real_shapes(name):
     c = layout.CONFIG
     assert p.smem_bytes <= c["kMaxSmemBytes"] and p.num_slots >= 4
     assert p.num_splits * s.num_kv_heads <= 132
+    assert p.slot_bytes == c["kSlotBytes"]  # these shapes' rows fit the default slot
     for st in p.stages:
         rows = 2 if st.pair else 1
         assert st.nu * rows * st.k * 2 <= c["kSlotBytes"]
+        # the three measured shapes split each row evenly over its warps (gemv.cuh: the former schedule, bit for bit)
         assert (st.k * st.nu) % (c["kConsumerWarps"] * c["kWarpStride"]) == 0
         assert st.chunks * st.nu >= st.n > (st.chunks - 1) * st.nu
     assert p.stages[layout.STAGE_LM].n == s.vocab_size  # padded rows are never streamed
@@ -223,10 +225,14 @@ def test_plan_heads_per_pass_picks_the_kernel_instantiation(nh, nkv, width):
 
 @pytest.mark.parametrize(
     "kwargs,needle",
-    [(dict(H=100), "hidden size"), (dict(H=16384), "hidden size"), (dict(I=8200), "down input length 8200"),
-     (dict(nh=12, nkv=8), "not a multiple"), (dict(nkv=200, nh=200), "exceed")],
+    [(dict(H=100), "hidden_size 100"), (dict(H=16384), "hidden_size 16384"),
+     (dict(I=8196), "intermediate_size 8196: the down input length must be a multiple of 8"),
+     (dict(I=60000), "shared memory: intermediate_size 60000"),
+     (dict(nh=12, nkv=8), "num_attention_heads 12 is not a multiple of num_key_value_heads 8"),
+     (dict(nkv=200, nh=200), "num_key_value_heads 200 exceed")],
 )  # fmt: skip
 def test_plan_refuses_uncovered_shapes(kwargs, needle):
+    """Every refusal names the config field it comes from (the gate's and `kog doctor`'s reason)."""
     r = plan.make_plan(_shape(**kwargs), 132)
     assert isinstance(r, str) and needle in r, r
 
@@ -298,7 +304,8 @@ def _check_caches_close(a: torch.Tensor, b: torch.Tensor, layer: int, fp32: bool
 
 @pytest.mark.parametrize(
     "arch,head_dim,gqa,tied",
-    [("llama", 64, 4, True), ("llama", 128, 1, False), ("qwen3", 128, 2, True), ("qwen3", 64, 4, False)],
+    [("llama", 64, 4, True), ("llama", 128, 1, False), ("qwen3", 128, 2, True), ("qwen3", 64, 4, False),
+     ("qwen2", 128, 2, True)],
 )
 @pytest.mark.parametrize("dtype,rtol", [(torch.float32, 2e-4), (torch.bfloat16, 3e-2)])
 def test_reference_step_matches_hf_and_torch_step(arch, head_dim, gqa, tied, dtype, rtol):

@@ -45,22 +45,25 @@ def _caches(shape, dtype, ctx, seed=0):
     return caches, bt
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
 @pytest.mark.parametrize("world", [2, 4])
-def test_shards_reproduce_the_full_projections(world):
-    w = _weights(dtype=torch.float32)
+def test_shards_reproduce_the_full_projections(world, arch):
+    """Each rank's rows (and Qwen2's QKV bias) and columns reproduce the unsharded projections."""
+    w = _weights(arch, dtype=torch.float32)
+    assert (w.layers[0].qkv_bias is not None) == (arch == "qwen2")
     s = w.shape
     D = s.head_dim
     shards = [shard_decoder(w, r, world) for r in range(world)]
     x = torch.randn(s.hidden_size)
     lw = w.layers[0]
-    full = torch_step.linear(x, lw.qkv)
+    full = torch_step.linear(x, lw.qkv, lw.qkv_bias)
     q, k, v = full.split([s.num_heads * D, s.num_kv_heads * D, s.num_kv_heads * D])
     qs, ks, vs = [], [], []
     for sh in shards:
         ss = sh.shape
         assert (ss.tp_size, ss.num_heads, ss.num_kv_heads) == (world, s.num_heads // world, s.num_kv_heads // world)
         sizes = [ss.num_heads * D, ss.num_kv_heads * D, ss.num_kv_heads * D]
-        a, b, c = torch_step.linear(x, sh.layers[0].qkv).split(sizes)
+        a, b, c = torch_step.linear(x, sh.layers[0].qkv, sh.layers[0].qkv_bias).split(sizes)
         qs.append(a), ks.append(b), vs.append(c)
     torch.testing.assert_close(torch.cat(qs), q)
     torch.testing.assert_close(torch.cat(ks), k)
@@ -93,12 +96,13 @@ def test_shard_kv_caches_keeps_heads_and_memory_order(layout_name):
             assert sorted(range(4), key=lambda d: -p.stride(d)) == sorted(range(4), key=lambda d: -c.stride(d))
 
 
+@pytest.mark.parametrize("arch", ["qwen3", "qwen2"])
 @pytest.mark.parametrize("world", [1, 2, 4])
 @pytest.mark.parametrize("dtype,rtol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
-def test_tp_reference_matches_unsharded(world, dtype, rtol):
-    """Five decode steps of the TP schedule (each rank its shard and its KV heads) against the unsharded
-    reference; at world 1 and in float32 the two are the same computation."""
-    w = _weights(arch="qwen3", dtype=dtype, seed=3)
+def test_tp_reference_matches_unsharded(world, dtype, rtol, arch):
+    """Five decode steps of the TP schedule (each rank its shard and its KV heads; Qwen2: its share of the QKV
+    bias) against the unsharded reference; at world 1 and in float32 the two are the same computation."""
+    w = _weights(arch=arch, dtype=dtype, seed=3)
     ctx = 20
     caches, bt = _caches(w.shape, dtype, ctx)
     shards = [shard_decoder(w, r, world) for r in range(world)]

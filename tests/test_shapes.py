@@ -96,17 +96,25 @@ def test_every_shape_has_its_family_generation_config(name):
     project's tokenizer lays them out (tests/test_checkpoints.py checks them against the built tokenizer)."""
     cfg, gen = shapes.SHAPES[name], shapes.generation_config(name)
     bos = cfg["bos_token_id"]
-    assert gen["bos_token_id"] == bos and gen["do_sample"] is True and gen["eos_token_id"][0] == cfg["eos_token_id"]
+    assert gen["bos_token_id"] == bos and gen["eos_token_id"][0] == cfg["eos_token_id"]
+    if cfg["model_type"] == "mistral":  # Mistral-7B-Instruct-v0.3: ids only, no sampling default
+        assert set(gen) == {"bos_token_id", "eos_token_id", "transformers_version"}
+        assert gen["eos_token_id"] == [bos + 1, bos + 8, bos + 9]  # our tokenizer's layout (shapes.py)
+        return
+    assert gen["do_sample"] is True
     if cfg["model_type"] == "llama":
         assert (gen["temperature"], gen["top_p"]) == (0.6, 0.9) and "top_k" not in gen
         assert gen["eos_token_id"] == [bos + 1, bos + 8, bos + 9]  # <|end_of_text|>, <|eom_id|>, <|eot_id|>
+    elif cfg["model_type"] == "qwen2":  # Qwen2.5(-Coder) Instruct
+        assert (gen["temperature"], gen["top_k"], gen["top_p"], gen["repetition_penalty"]) == (0.7, 20, 0.8, 1.05)
+        assert gen["eos_token_id"] == [bos + 2, bos] and gen["pad_token_id"] == bos
     else:
         assert (gen["temperature"], gen["top_k"], gen["top_p"]) == (0.6, 20, 0.95)
         assert gen["eos_token_id"] == [bos + 2, bos] and gen["pad_token_id"] == bos  # <|im_end|>, <|endoftext|>
     assert max(gen["eos_token_id"]) < cfg["vocab_size"]
     # a fresh copy; a config dict of the family gives the same sampling defaults
-    gen["temperature"] = 5.0
-    assert shapes.generation_config(name)["temperature"] == 0.6
+    gen["eos_token_id"].append(-1)
+    assert -1 not in shapes.generation_config(name)["eos_token_id"]
     computed = shapes.generation_config(shapes.get_shape(name))
     assert {k: v for k, v in computed.items() if k != "transformers_version"} == {
         k: v for k, v in shapes.generation_config(name).items() if k != "transformers_version"}

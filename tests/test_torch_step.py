@@ -1,4 +1,5 @@
-"""The torch decode step (kog's oracle) against Hugging Face transformers on tiny random Llama and Qwen3 models.
+"""The torch decode step (kog's oracle) against Hugging Face transformers on tiny random Llama, Qwen3 and Qwen2
+models (Qwen2: QKV bias).
 
 Each sequence is decoded one position at a time through a paged CPU cache with a shuffled block table, and the
 logits at every position are compared with HF's full-sequence forward. In float32 the only differences are
@@ -30,7 +31,8 @@ def _paged_caches(shape: model_spec.DecoderShape, num_blocks: int, dtype: torch.
 
 @pytest.mark.parametrize(
     "arch,head_dim,gqa,tied",
-    [("llama", 64, 4, True), ("llama", 128, 1, False), ("qwen3", 128, 2, True), ("qwen3", 64, 4, False)],
+    [("llama", 64, 4, True), ("llama", 128, 1, False), ("qwen3", 128, 2, True), ("qwen3", 64, 4, False),
+     ("qwen2", 128, 2, True), ("qwen2", 64, 4, False)],
 )
 @pytest.mark.parametrize("dtype,rtol", [(torch.float32, 2e-4), (torch.bfloat16, 3e-2)])
 def test_decode_matches_hf(arch, head_dim, gqa, tied, dtype, rtol):

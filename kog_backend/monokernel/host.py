@@ -85,8 +85,10 @@ def unsupported_reason(
     reason = layout.extension_mismatch(kog_ops.ops())
     if reason is not None:
         return reason
-    if s.arch not in ("llama", "qwen3"):
-        return f"architecture {s.arch} (llama and qwen3 dense only)"
+    if s.arch not in ("llama", "qwen3", "qwen2"):
+        return f"architecture {s.arch} (llama, qwen2 and qwen3 dense only)"
+    if s.qkv_bias != (s.arch == "qwen2"):
+        return f"attention_bias {s.qkv_bias} does not match architecture {s.arch}"
     if s.tp_size != tp_world:
         if tp_world == 1:
             return f"tensor parallelism {s.tp_size} needs the ranks' shared buffer (tp.setup_tp_monokernel)"
@@ -125,6 +127,10 @@ def unsupported_reason(
         ]
         if s.qk_norm:
             checks += [(f"layer {i} q_norm", lw.q_norm, (D,)), (f"layer {i} k_norm", lw.k_norm, (D,))]
+        if s.qkv_bias:
+            checks += [(f"layer {i} qkv_bias", lw.qkv_bias, (nq,))]
+        elif lw.qkv_bias is not None:
+            return f"layer {i} has a QKV bias that the shape does not declare"
     for name, t, shp in checks:
         r = _tensor_reason(name, t, shp, device)
         if r is not None:
@@ -242,6 +248,7 @@ class Monokernel:
             v = {
                 "input_norm": lw.input_norm, "qkv": lw.qkv, "q_norm": lw.q_norm, "k_norm": lw.k_norm,
                 "o_proj": lw.o_proj, "post_norm": lw.post_norm, "gate_up": lw.gate_up, "down": lw.down,
+                "qkv_bias": lw.qkv_bias,
             }  # fmt: skip
             vals = {k: (t.data_ptr() if t is not None else 0) for k, t in v.items()}
             vals["k_cache"] = kv.data_ptr()
@@ -274,6 +281,7 @@ class Monokernel:
             "vocab_start": s.vocab_start, **tp_fields,
             "sample_work": self.sample_work.data_ptr() if self.sample_work is not None else 0,
             "status_out": self.status.data_ptr(), "inject_fault": 0,
+            "slot_bytes": plan.slot_bytes,
         }  # fmt: skip
         self._model_values = model
         self.model_table = _to_device(layout.pack_model(model), device)

@@ -64,12 +64,14 @@ MODEL_FIELDS: tuple[tuple[str, str, int], ...] = (
     ("sample_work", "p", 1),
     ("status_out", "p", 1),
     ("inject_fault", "i", 1),
+    ("slot_bytes", "i", 1),
 )
 
 LAYER_FIELDS: tuple[str, ...] = (
     "input_norm", "qkv", "q_norm", "k_norm", "o_proj", "post_norm", "gate_up", "down",
     "k_cache", "v_cache",
     "qkv_out", "q_out", "attn_ml", "attn_acc", "attn_out", "o_out", "rmid", "act", "down_out", "rin_next",
+    "qkv_bias",
 )  # fmt: skip
 
 
@@ -123,6 +125,7 @@ CONFIG: dict[str, int] = {
     "sample_grid_bytes": 65536 * 4 + 256 * 4 + 256 * 8 + 32 + 256 * 4 * 8 + 256 * 4,
     "sample_smem_fixed": 256 * 12 * 2 + 3 * 256 * 4 + 64 * 8,
     "kCtrSampleArrive": 10,
+    "kSlotAlign": 1024,
 }
 CONFIG_NAMES = tuple(CONFIG)
 

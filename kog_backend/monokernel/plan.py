@@ -1,9 +1,11 @@
 """How one decode step is cut into chunks and attention splits for a given model shape and GPU.
 
-Per stage: K (input length), N (output units: rows, or gate/up row pairs), nu (units per chunk, a power of two
-<= kConsumerWarps chosen as large as fits one kSlotBytes slot) and the number of chunks. The kernel needs each
-warp's share of a row (K * nu / kConsumerWarps elements) to be a multiple of kWarpStride (256); shapes that
-don't meet that are refused with the stage named.
+Everything is derived from the shape; no list of accepted sizes. Per stage: K (input length), N (output units:
+rows, or gate/up row pairs), nu (units per chunk: the largest power of two <= kConsumerWarps whose rows fit one
+weight slot) and the number of chunks. A unit's row is split over kConsumerWarps / nu warps in 16-byte vectors
+(gemv.cuh), so K needs only to be a multiple of 8. The slot is kSlotBytes unless one unit's row is longer (a down
+row of FFN 17408 and up, or a gate/up pair of hidden 8192): then every slot of the launch is that row rounded up to
+kSlotAlign, and fewer slots fit. Every refusal names the config field that causes it.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class Plan:
     # LM-head rows of the block that owns the most (top-k / top-p / min-p draws keep a level and a score per row in
     # the work area, burst_sampling.cuh)
     sample_rows: int = 0
+    slot_bytes: int = CONFIG["kSlotBytes"]  # bytes of one ring slot (ModelArgs::slot_bytes)
 
     @property
     def filtered_sampling_reason(self) -> str | None:
@@ -57,16 +60,28 @@ class Plan:
         return None
 
 
-def units_per_chunk(k: int, rows_per_unit: int) -> int | None:
-    """Largest power-of-two nu <= kConsumerWarps whose chunk fits one slot and splits into 256-element segments."""
-    warps, slot, stride = CONFIG["kConsumerWarps"], CONFIG["kSlotBytes"], CONFIG["kWarpStride"]
-    nu = warps
+def units_per_chunk(k: int, rows_per_unit: int, slot_bytes: int = CONFIG["kSlotBytes"]) -> int | None:
+    """Largest power-of-two nu <= kConsumerWarps whose chunk (nu units of rows_per_unit rows of k bf16) fits one
+    slot; None when k is not a whole number of 16-byte vectors or one unit does not fit."""
+    if k < 8 or k % 8:
+        return None
+    nu = CONFIG["kConsumerWarps"]
     while nu >= 1:
-        wpu = warps // nu
-        if nu * rows_per_unit * k * 2 <= slot and k % (wpu * stride) == 0:
+        if nu * rows_per_unit * k * 2 <= slot_bytes:
             return nu
         nu //= 2
     return None
+
+
+def slot_bytes_for(unit_bytes: int) -> int:
+    """Ring slot for a shape whose longest unit (one row; a gate/up pair: two) is unit_bytes: kSlotBytes, or the unit
+    rounded up to kSlotAlign."""
+    c = CONFIG
+    return max(c["kSlotBytes"], -(-unit_bytes // c["kSlotAlign"]) * c["kSlotAlign"])
+
+
+# The config field each stage's input length comes from (refusal reasons name it).
+STAGE_K_FIELDS = ("hidden_size", "num_attention_heads * head_dim", "hidden_size", "intermediate_size", "hidden_size")
 
 
 def heads_per_pass(group: int) -> int:
@@ -81,19 +96,20 @@ def lm_rows(shape) -> int:
 
 
 def make_plan(shape, sm_count: int) -> Plan | str:
-    """The plan for `shape` (model_spec.DecoderShape) on a GPU with `sm_count` SMs, or why there is none."""
+    """The plan for `shape` (model_spec.DecoderShape) on a GPU with `sm_count` SMs, or why there is none (a reason
+    that names the config field)."""
     c = CONFIG
     H, D, I = shape.hidden_size, shape.head_dim, shape.intermediate_size
     nh, nkv = shape.num_heads, shape.num_kv_heads
     if H % 8 or H > c["kMaxHidden"]:
-        return f"hidden size {H} (the norm covers multiples of 8 up to {c['kMaxHidden']})"
+        return f"hidden_size {H} (the norm covers multiples of 8 up to {c['kMaxHidden']})"
     if nkv < 1 or nh % nkv:
-        return f"{nh} query heads are not a multiple of {nkv} KV heads"
+        return f"num_attention_heads {nh} is not a multiple of num_key_value_heads {nkv}"
     if nkv > sm_count:
-        return f"{nkv} KV heads exceed the {sm_count} SMs (one attention split per SM at least)"
+        return f"num_key_value_heads {nkv} exceed the {sm_count} SMs (one attention split per SM at least)"
     n_lm = lm_rows(shape)
     if n_lm < 1:
-        return "this rank holds no logical vocabulary rows"
+        return "this rank holds no logical vocabulary rows (vocab_size)"
     specs = (
         (H, (nh + 2 * nkv) * D, False),  # qkv
         (nh * D, H, False),  # o_proj
@@ -101,33 +117,34 @@ def make_plan(shape, sm_count: int) -> Plan | str:
         (I, H, False),  # down
         (H, n_lm, False),  # lm head
     )
+    for name, field, (k, _, _) in zip(STAGE_NAMES, STAGE_K_FIELDS, specs):
+        if k < 8 or k % 8:
+            return f"{field} {k}: the {name} input length must be a multiple of 8 (16-byte GEMV vectors)"
+    slot = slot_bytes_for(max(k * 2 * (2 if pair else 1) for k, _, pair in specs))
     stages = []
-    for name, (k, n, pair) in zip(STAGE_NAMES, specs):
-        nu = units_per_chunk(k, 2 if pair else 1)
-        if nu is None:
-            return (
-                f"{name} input length {k} is not covered by the GEMV tiles (need a multiple of "
-                f"{c['kWarpStride'] * c['kConsumerWarps']} or a power-of-two share of it, rows <= "
-                f"{c['kSlotBytes'] // (2 if pair else 1)} bytes)"
-            )
+    for k, n, pair in specs:
+        nu = units_per_chunk(k, 2 if pair else 1, slot)
+        assert nu is not None  # the slot holds the longest unit
         stages.append(StagePlan(k=k, n=n, nu=nu, chunks=math.ceil(n / nu), pair=pair))
     for st in (1, 3):  # O and down preload the residual of every row they own
         rows = math.ceil(stages[st].chunks / sm_count) * stages[st].nu
         if rows > c["kMaxResidRows"]:
-            return f"{STAGE_NAMES[st]}: {rows} rows per block exceed the {c['kMaxResidRows']}-row residual buffer"
+            return (f"{STAGE_NAMES[st]}: hidden_size {H} gives {rows} rows per block on {sm_count} SMs, more than the "
+                    f"{c['kMaxResidRows']}-row residual buffer")
     max_k = max(H, nh * D, I)
     work = max(max_k * 2, attn_work_floats(D) * 4)
     work = (work + 127) // 128 * 128
     room = c["kMaxSmemBytes"] - c["kHeaderBytes"] - work
-    slots = min(c["kMaxSlots"], room // c["kSlotBytes"])
+    slots = min(c["kMaxSlots"], room // slot)
     # A filtered draw's per-row state (burst_sampling.cuh) shares the work area: grown to hold it where that costs
     # no weight slot (the real shapes' work areas already hold it).
     sample_rows = math.ceil(stages[4].chunks / sm_count) * stages[4].nu
     need = (sample_smem_bytes(sample_rows) + 127) // 128 * 128
-    if need > work and (c["kMaxSmemBytes"] - c["kHeaderBytes"] - need) // c["kSlotBytes"] >= slots:
+    if need > work and (c["kMaxSmemBytes"] - c["kHeaderBytes"] - need) // slot >= slots:
         work = need
     if slots < c["kMinSlots"]:
-        return f"shared memory: {work} B of input vector leave room for {slots} weight slots (< {c['kMinSlots']})"
+        return (f"shared memory: intermediate_size {I} / hidden_size {H} need {work} B of input vector and "
+                f"{slot} B slots, room for {slots} weight slots (< {c['kMinSlots']})")
     splits = max(1, sm_count // nkv)
     return Plan(
         grid=sm_count,
@@ -135,7 +152,8 @@ def make_plan(shape, sm_count: int) -> Plan | str:
         heads_per_pass=heads_per_pass(nh // nkv),
         num_slots=slots,
         work_bytes=work,
-        smem_bytes=c["kHeaderBytes"] + work + slots * c["kSlotBytes"],
+        smem_bytes=c["kHeaderBytes"] + work + slots * slot,
         stages=tuple(stages),
         sample_rows=sample_rows,
+        slot_bytes=slot,
     )

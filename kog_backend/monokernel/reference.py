@@ -83,7 +83,7 @@ def _attention(w: DecoderWeights, lw, x: torch.Tensor, kv_cache: torch.Tensor, p
                block_table: torch.Tensor, num_splits: int):
     """QKV projection, qk-norm + RoPE, K/V append at `slot`, split attention over the context (kernel's schedule).
     Returns (qkv_out, q after norm/RoPE, split_attention's (out, m, l, acc))."""
-    qkv = torch_step.linear(x, lw.qkv)
+    qkv = torch_step.linear(x, lw.qkv, lw.qkv_bias)
     q, k, v = _qkv_split(w, qkv)
     q = norm_rope(w, q, lw.q_norm, pos)
     k = norm_rope(w, k, lw.k_norm, pos)
@@ -154,7 +154,7 @@ def expected_from_kernel(
         else:
             x = torch_step.add_rms_norm(got[i - 1]["down_out"], got[i - 1]["rmid"], lw.input_norm, eps)[0]
             rin = got[i - 1]["rin_next"]
-        e["qkv_out"] = torch_step.linear(x, lw.qkv)
+        e["qkv_out"] = torch_step.linear(x, lw.qkv, lw.qkv_bias)
         q, k, v = _qkv_split(weights, g["qkv_out"])
         e["q_out"] = norm_rope(weights, q, lw.q_norm, pos).reshape(-1)
         e["k_new"] = norm_rope(weights, k, lw.k_norm, pos)

@@ -17,6 +17,17 @@ SHAPES = {
     "llama-3.2-1b": ("llama", 16, 2048, 32, 8, 64, 8192, 128256, True),
     "qwen3-1.7b": ("qwen3", 28, 2048, 16, 8, 128, 6144, 151936, True),
     "llama-3.1-8b": ("llama", 32, 4096, 32, 8, 128, 14336, 128256, False),
+    # the shape classes the derived tiling opened (hidden 2560 / 3584 / 5120 / 896, GQA 3-7, down rows > 32 KiB:
+    # enlarged slots); layer counts as published (the GPU tests cut them)
+    "qwen3-4b": ("qwen3", 36, 2560, 32, 8, 128, 9728, 151936, True),
+    "qwen3-14b": ("qwen3", 40, 5120, 40, 8, 128, 17408, 151936, False),
+    "qwen3-32b": ("qwen3", 64, 5120, 64, 8, 128, 25600, 151936, False),
+    "qwen2.5-0.5b": ("qwen2", 24, 896, 14, 2, 64, 4864, 151936, True),
+    "qwen2.5-coder-1.5b": ("qwen2", 28, 1536, 12, 2, 128, 8960, 151936, True),
+    "qwen2.5-coder-7b": ("qwen2", 28, 3584, 28, 4, 128, 18944, 152064, False),
+    "qwen2.5-coder-32b": ("qwen2", 64, 5120, 40, 8, 128, 27648, 152064, False),
+    "llama-3.2-3b": ("llama", 28, 3072, 24, 8, 128, 8192, 128256, True),
+    "mistral-7b": ("llama", 32, 4096, 32, 8, 128, 14336, 32768, False),
 }
 
 
@@ -24,8 +35,8 @@ def make_shape(arch, layers, hidden, heads, kv_heads, head_dim, inter, vocab, ti
     return DecoderShape(
         arch=arch, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads,
         head_dim=head_dim, intermediate_size=inter, vocab_size=vocab, padded_vocab_local=(vocab + 63) // 64 * 64,
-        vocab_start=0, rms_eps=1e-6 if arch == "qwen3" else 1e-5, qk_norm=arch == "qwen3", tied_embeddings=tied,
-        max_position=max_position,
+        vocab_start=0, rms_eps=1e-6 if arch in ("qwen3", "qwen2") else 1e-5, qk_norm=arch == "qwen3",
+        tied_embeddings=tied, max_position=max_position, qkv_bias=arch == "qwen2",
     )  # fmt: skip
 
 
@@ -59,11 +70,14 @@ def random_decoder(shape: DecoderShape, device, seed: int = 0) -> DecoderWeights
                 post_norm=norm(H),
                 gate_up=proj(2 * I, H),
                 down=proj(H, I),
+                # Qwen2's trained biases are O(1) on K (larger than the projection): N(0, 0.5^2)
+                qkv_bias=(0.5 * torch.randn((shape.num_heads + 2 * shape.num_kv_heads) * D, generator=g,
+                                            device=device)).to(bf) if shape.qkv_bias else None,
             )
         )
     embed = torch.randn(shape.padded_vocab_local, H, generator=g, device=device).to(bf)
     lm_head = embed if shape.tied_embeddings else proj(shape.padded_vocab_local, H)
-    theta = 1e6 if shape.arch == "qwen3" else 5e5
+    theta = 1e6 if shape.arch in ("qwen3", "qwen2") else 5e5
     return DecoderWeights(
         shape=shape, embed=embed, layers=layers, final_norm=norm(H), lm_head=lm_head,
         cos_sin=rope_cache(shape.max_position, D, theta, device),

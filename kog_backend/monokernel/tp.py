@@ -77,6 +77,10 @@ def shard_decoder(w: DecoderWeights, rank: int, world: int) -> DecoderWeights:
     for lw in w.layers:
         q, k, v = lw.qkv.split([s.num_heads * D, s.num_kv_heads * D, s.num_kv_heads * D])
         qkv = torch.cat([_split_rows(q, rank, world), _split_rows(k, rank, world), _split_rows(v, rank, world)])
+        bias = None
+        if lw.qkv_bias is not None:
+            bq, bk, bv = lw.qkv_bias.split([s.num_heads * D, s.num_kv_heads * D, s.num_kv_heads * D])
+            bias = torch.cat([_split_rows(bq, rank, world), _split_rows(bk, rank, world), _split_rows(bv, rank, world)])
         gate, up = lw.gate_up.split([s.intermediate_size, s.intermediate_size])
         layers.append(
             LayerWeights(
@@ -84,6 +88,7 @@ def shard_decoder(w: DecoderWeights, rank: int, world: int) -> DecoderWeights:
                 o_proj=lw.o_proj[:, rank * nh * D : (rank + 1) * nh * D].contiguous(), post_norm=lw.post_norm,
                 gate_up=torch.cat([_split_rows(gate, rank, world), _split_rows(up, rank, world)]).contiguous(),
                 down=lw.down[:, rank * I : (rank + 1) * I].contiguous(),
+                qkv_bias=bias.contiguous() if bias is not None else None,
             )  # fmt: skip
         )
     return DecoderWeights(

@@ -6,6 +6,7 @@ and the monokernel read exactly the bytes the stock path reads.
 Shapes (TP-local, bf16, row-major [out, in]):
   embed       [V_pad/tp, H]        vocab padded to a multiple of 64 by vLLM
   qkv         [(nh + 2 nkv) D, H]  rows Q | K | V
+  qkv_bias    [(nh + 2 nkv) D]     Qwen2 only
   q_norm      [D]                  Qwen3 only (k_norm likewise)
   o_proj      [H, nh D]
   gate_up     [2 I, H]             rows gate | up
@@ -28,8 +29,36 @@ SUPPORTED_ARCHS = {
     "LlamaForCausalLM": "llama",
     "Qwen3ForCausalLM": "qwen3",
     "MistralForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
 }
 SUPPORTED_HEAD_DIMS = (64, 128)
+
+
+O_PROJ_BIAS_REASON = "attention_bias: o_proj has a bias (only Qwen2's QKV bias is supported)"
+MLP_BIAS_REASON = "mlp_bias: the MLP projections have a bias"
+
+
+def architecture_reason(archs: list[str]) -> str | None:
+    """Why the config's `architectures` are not on the kog path, or None."""
+    if archs and archs[0] in SUPPORTED_ARCHS:
+        return None
+    return f"architectures {archs} is not supported (dense Llama, Mistral, Qwen2, Qwen3 only)"
+
+
+def sliding_window_reason(window: int | None, use_sliding_window: bool | None) -> str | None:
+    """Mistral sets only the window (null in 7B-v0.3); Qwen2/Qwen3 also the switch (off in every published config)."""
+    if window and (use_sliding_window is None or use_sliding_window):
+        return f"sliding_window {window}: sliding-window attention is not supported"
+    return None
+
+
+def rope_scaling_reason(rope: dict | None) -> str | None:
+    """Default RoPE and Llama 3's scaling are what the RoPE cache the kernel reads holds; YaRN, dynamic NTK,
+    linear and longrope are not checked against vLLM on the kog path (no listed config uses them)."""
+    kind = (rope or {}).get("rope_type") or (rope or {}).get("type") or "default"
+    if kind not in ("default", "llama3"):
+        return f"rope_scaling {kind!r} is not supported (default and llama3 only)"
+    return None
 
 
 class UnsupportedModel(Exception):
@@ -38,7 +67,7 @@ class UnsupportedModel(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class DecoderShape:
-    arch: str  # "llama" | "qwen3"
+    arch: str  # "llama" (Llama, Mistral) | "qwen3" | "qwen2"
     num_layers: int
     hidden_size: int
     num_heads: int  # TP-local
@@ -54,6 +83,7 @@ class DecoderShape:
     max_position: int
     tp_size: int = 1
     tp_rank: int = 0
+    qkv_bias: bool = False  # Qwen2: a bias on the QKV projection
 
     @property
     def q_size(self) -> int:
@@ -84,6 +114,7 @@ class LayerWeights:
     post_norm: torch.Tensor
     gate_up: torch.Tensor
     down: torch.Tensor
+    qkv_bias: torch.Tensor | None = None  # [(nh + 2 nkv) D], Qwen2
 
 
 @dataclasses.dataclass
@@ -142,15 +173,16 @@ def from_vllm_model(model: torch.nn.Module, vllm_config: Any) -> DecoderWeights:
     """Views of a loaded vLLM Llama/Qwen3 model (`runner.model`). Raises UnsupportedModel with a reason."""
     hf = vllm_config.model_config.hf_config
     archs = list(getattr(hf, "architectures", None) or [])
-    arch = SUPPORTED_ARCHS.get(archs[0]) if archs else None
-    if arch is None:
-        raise UnsupportedModel(f"architecture {archs or type(model).__name__} is not supported (llama, qwen3 dense only)")
+    reason = architecture_reason(archs or [type(model).__name__])
+    if reason is not None:
+        raise UnsupportedModel(reason)
+    arch = SUPPORTED_ARCHS[archs[0]]
     inner = getattr(model, "model", None)
     if inner is None or not hasattr(inner, "layers"):
         raise UnsupportedModel(f"{type(model).__name__} has no .model.layers")
-    window = getattr(hf, "sliding_window", None)
-    if window and getattr(hf, "use_sliding_window", True):  # Mistral sets only the window; Qwen3 also the switch
-        raise UnsupportedModel(f"sliding-window attention (window {window}) is not supported")
+    reason = sliding_window_reason(getattr(hf, "sliding_window", None), getattr(hf, "use_sliding_window", None))
+    if reason is not None:
+        raise UnsupportedModel(reason)
     params = {n: p for n, p in model.named_parameters()}
     quantised = [n for n, p in params.items() if p.dtype not in (torch.bfloat16, torch.float16, torch.float32)]
     if quantised or vllm_config.model_config.quantization:
@@ -175,16 +207,22 @@ def from_vllm_model(model: torch.nn.Module, vllm_config: Any) -> DecoderWeights:
                 post_norm=layer.post_attention_layernorm.weight,
                 gate_up=mlp.gate_up_proj.weight,
                 down=mlp.down_proj.weight,
+                qkv_bias=getattr(attn.qkv_proj, "bias", None),
             )
         )
     head_dim = attn0.head_dim
     if head_dim not in SUPPORTED_HEAD_DIMS:
         raise UnsupportedModel(f"head_dim {head_dim} (64 or 128 only)")
+    reason = rope_scaling_reason(getattr(hf, "rope_scaling", None) or getattr(hf, "rope_parameters", None))
+    if reason is not None:
+        raise UnsupportedModel(reason)
     rope = attn0.rotary_emb
     if type(rope).__name__ not in ("RotaryEmbedding", "Llama3RotaryEmbedding"):
-        raise UnsupportedModel(f"rotary embedding {type(rope).__name__} is not supported")
+        raise UnsupportedModel(
+            f"rope_scaling: rotary embedding {type(rope).__name__} is not supported (default and llama3 only)"
+        )
     if not rope.is_neox_style or rope.rotary_dim != head_dim:
-        raise UnsupportedModel("only full-head neox-style RoPE is supported")
+        raise UnsupportedModel("rope_scaling / partial_rotary_factor: only full-head neox-style RoPE is supported")
     if getattr(attn0.attn, "sinks", None) is not None:
         raise UnsupportedModel("attention sinks are not supported")
     lm_head = model.lm_head.weight
@@ -209,7 +247,15 @@ def from_vllm_model(model: torch.nn.Module, vllm_config: Any) -> DecoderWeights:
         max_position=rope.cos_sin_cache.shape[0],
         tp_size=vllm_config.parallel_config.tensor_parallel_size,
         tp_rank=getattr(lm, "tp_rank", 0),
+        qkv_bias=layers[0].qkv_bias is not None,
     )
+    if any((lw.qkv_bias is not None) != shape.qkv_bias for lw in layers):
+        raise UnsupportedModel("attention_bias: some layers have a QKV bias and some do not")
+    if any(getattr(layer.self_attn.o_proj, "bias", None) is not None for layer in inner.layers):
+        raise UnsupportedModel(O_PROJ_BIAS_REASON)
+    if any(getattr(m, "bias", None) is not None for layer in inner.layers
+           for m in (layer.mlp.gate_up_proj, layer.mlp.down_proj)):
+        raise UnsupportedModel(MLP_BIAS_REASON)
     cos_sin = rope.cos_sin_cache
     if cos_sin.dtype != dtype:
         cos_sin = cos_sin.to(dtype)  # what vLLM's rope does on first use (rotary_embedding/base.py)

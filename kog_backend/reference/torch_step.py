@@ -44,9 +44,13 @@ def add_rms_norm(
     return y.to(w.dtype) * w, s.to(residual.dtype)
 
 
-def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """x [..., in] @ w[out, in]^T with fp32 accumulation, rounded to w's dtype."""
-    return torch.matmul(x.float(), w.float().t()).to(w.dtype)
+def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [..., in] @ w[out, in]^T (+ bias) with fp32 accumulation, rounded to w's dtype once (the bias joins the
+    fp32 sum, as in cuBLAS's bias epilogue that vLLM's biased linear layers run through)."""
+    y = torch.matmul(x.float(), w.float().t())
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(w.dtype)
 
 
 def rope(x: torch.Tensor, cos_sin: torch.Tensor, position: Index) -> torch.Tensor:
@@ -62,9 +66,10 @@ def rope(x: torch.Tensor, cos_sin: torch.Tensor, position: Index) -> torch.Tenso
 def qkv_rope(
     lw: LayerWeights, x: torch.Tensor, weights: DecoderWeights, position: Index
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Fused QKV projection, Qwen3 qk-norm, RoPE. Returns q [nh, D], k [nkv, D], v [nkv, D] (bf16)."""
+    """Fused QKV projection (+ Qwen2's bias), Qwen3 qk-norm, RoPE. Returns q [nh, D], k [nkv, D], v [nkv, D]
+    (bf16)."""
     s = weights.shape
-    qkv = linear(x, lw.qkv)
+    qkv = linear(x, lw.qkv, lw.qkv_bias)
     q = qkv[: s.q_size].view(s.num_heads, s.head_dim)
     k = qkv[s.q_size : s.q_size + s.kv_size].view(s.num_kv_heads, s.head_dim)
     v = qkv[s.q_size + s.kv_size :].view(s.num_kv_heads, s.head_dim)

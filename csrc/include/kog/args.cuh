@@ -36,6 +36,7 @@ struct LayerArgs {
   bf16* act;               // [I]  silu(gate) * up
   bf16* down_out;          // [H]
   bf16* rin_next;          // [H]  residual entering the next layer: bf16(down + rmid)
+  const bf16* qkv_bias;    // [(nh + 2 nkv) D] or null (Qwen2's QKV bias, added in the QKV epilogue)
 };
 
 struct ModelArgs {
@@ -107,6 +108,9 @@ struct ModelArgs {
   // Fault injection (tests only; 0 in production): 1 makes the LM head's wait for the last layer's down
   // projection never complete (its target moves 2^30 away), so the launch aborts (sync.cuh).
   int64_t inject_fault;
+  // Bytes of one weight-ring slot (plan.py): MonoConfig::kSlotBytes, or more where one unit's row (a down row of
+  // I = 17408 .. 27648, 34-54 KiB) does not fit it; a multiple of 1 KiB.
+  int64_t slot_bytes;
 };
 
 // ModelArgs fields the consumers read right after a hand-off's wait (and the loader at each stage change), copied

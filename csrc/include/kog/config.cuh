@@ -22,7 +22,11 @@ struct MonoConfig {
   // Weight ring in shared memory: up to kMaxSlots slots of kSlotBytes bytes; the launcher uses as many as fit next
   // to the input-vector buffer (6 for the three target shapes: 192 KiB per SM, ~6 us of one SM's share of HBM
   // bandwidth). kMinSlots: the smallest ring it accepts (docs/tuning.md).
+  // kSlotBytes is the slot of every shape whose rows fit it; a shape with a longer row (a down row of FFN 17408 and
+  // up: Qwen3-14B, Qwen2.5-7B/32B) gets slots of its longest row rounded up to kSlotAlign (ModelArgs::slot_bytes,
+  // plan.py), and accordingly fewer of them.
   static constexpr int kSlotBytes = 32 * 1024;
+  static constexpr int kSlotAlign = 1024;
   static constexpr int kMaxSlots = 12;
   static constexpr int kMinSlots = 2;
   // Dynamic shared memory a block may use on sm_90 (227 KiB).
@@ -118,7 +122,9 @@ static_assert(MonoConfig::kConsumerThreads * MonoConfig::kConsumerRegs +
                   MonoConfig::kConsumerRegs % 8 == 0 && MonoConfig::kLoaderRegs % 8 == 0 &&
                   MonoConfig::kLoaderRegs >= 24 && MonoConfig::kConsumerRegs <= 256,
               "setmaxnreg: multiples of 8 in [24, 256] that fit the register file");
-static_assert(MonoConfig::kSlotBytes % 16 == 0, "bulk copies move multiples of 16 bytes");
+static_assert(MonoConfig::kSlotBytes % 16 == 0 && MonoConfig::kSlotAlign % 128 == 0 &&
+                  MonoConfig::kSlotBytes % MonoConfig::kSlotAlign == 0,
+              "bulk copies move multiples of 16 bytes; slots stay 128-byte aligned");
 static_assert(MonoConfig::kMaxSlots * MonoConfig::kSlotBytes + MonoConfig::kHeaderBytes <= 400 * 1024,
               "ring bound");
 static_assert(MonoConfig::kMinSlots * MonoConfig::kSlotBytes + MonoConfig::kHeaderBytes < MonoConfig::kMaxSmemBytes,

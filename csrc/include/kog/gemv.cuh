@@ -2,8 +2,8 @@
 //
 // A stage's output is split into units (one row; for gate/up one gate row and its up row), a chunk is nu units
 // (nu a power of two <= kConsumerWarps) of full rows, copied whole by the loader. Each unit is owned by
-// wpu = kConsumerWarps / nu warps, each taking a contiguous K / wpu segment of the row (a multiple of 256
-// elements: 16 B per lane per step); partial sums of one unit meet in shared memory in a fixed order, so the result
+// wpu = kConsumerWarps / nu warps, each taking a contiguous part of the row (16 B per lane per step, see
+// gemv_partial); partial sums of one unit meet in shared memory in a fixed order, so the result
 // does not depend on timing.
 #pragma once
 
@@ -59,31 +59,36 @@ __device__ __forceinline__ int owned_row(int c0, int k, int nu) {
 __device__ __forceinline__ uint32_t pair_offset_bytes(int K, int nu) { return static_cast<uint32_t>(nu) * K * 2u; }
 
 // One warp's share of one chunk's dot products with x_s: the fp32 sums of unit `warp >> wpu_log2` over its
-// part `warp & (wpu - 1)` (a K >> wpu_log2 segment), on every lane; 0 for warps whose unit is past nvalid. w_s: the
-// chunk in its ring slot; a1: the up row of a gate/up unit. The caller sums the parts of a unit in part order
-// (consume_stage's batched epilogue), so a result does not depend on timing.
+// part `warp & (wpu - 1)`, on every lane; 0 for warps whose unit is past nvalid. A row is K / 8 16-byte vectors
+// (K a multiple of 8, plan.py); part p takes vectors [p V / wpu, (p + 1) V / wpu), V = K / 8, lane i every 32nd of
+// them from the part's first + i. Where K / wpu is a multiple of kWarpStride every lane runs the same number of
+// steps (the 1B/8B/Qwen3-1.7B shapes: the sums are the ones of the former equal-segment split, bit for bit);
+// otherwise the part's last step has idle lanes (hidden 2560, 3584, 896 ...). w_s: the chunk in its ring slot; a1:
+// the up row of a gate/up unit. The caller sums the parts of a unit in part order (consume_stage's batched
+// epilogue), so a result does not depend on timing.
 template <bool kPair>
 __device__ __forceinline__ void gemv_partial(const bf16* w_s, const bf16* x_s, int K, int nu, int wpu_log2,
                                              int nvalid, float& a0, float& a1) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int unit = warp >> wpu_log2, part = warp & ((1 << wpu_log2) - 1);
-  const int seg = K >> wpu_log2;
+  const int nvec = K >> 3;
+  const int v0 = (part * nvec) >> wpu_log2, v1 = ((part + 1) * nvec) >> wpu_log2;
   a0 = 0.f;
   a1 = 0.f;
   if (unit < nvalid) {
-    const uint4* w0 = reinterpret_cast<const uint4*>(w_s + static_cast<size_t>(unit) * K + part * seg) + lane;
-    const uint4* w1 = reinterpret_cast<const uint4*>(w_s + static_cast<size_t>(nu + unit) * K + part * seg) + lane;
-    const uint4* xv = reinterpret_cast<const uint4*>(x_s + part * seg) + lane;
+    const uint4* w0 = reinterpret_cast<const uint4*>(w_s + static_cast<size_t>(unit) * K);
+    const uint4* w1 = reinterpret_cast<const uint4*>(w_s + static_cast<size_t>(nu + unit) * K);
+    const uint4* xv = reinterpret_cast<const uint4*>(x_s);
 #ifdef KOG_BENCH_NO_MATH  // diagnostics build: the chunk's dot products are skipped (timing only, wrong results)
-    const int iters = 0;
+    const int vend = v0;
 #else
-    const int iters = seg / MonoConfig::kWarpStride;
+    const int vend = v1;
 #endif
 #pragma unroll 4
-    for (int i = 0; i < iters; ++i) {
-      const uint4 x = xv[i * 32];
-      a0 = dot8(w0[i * 32], x, a0);
-      if constexpr (kPair) a1 = dot8(w1[i * 32], x, a1);
+    for (int v = v0 + lane; v < vend; v += 32) {
+      const uint4 x = xv[v];
+      a0 = dot8(w0[v], x, a0);
+      if constexpr (kPair) a1 = dot8(w1[v], x, a1);
     }
 #ifndef KOG_BENCH_NO_REDUCE  // diagnostics build: no warp sums (timing only, wrong results)
     a0 = warp_sum(a0);

@@ -131,6 +131,7 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
 #endif
   const uint64_t policy = l2_evict_first_policy();
   const int ns = static_cast<int>(m.num_slots);
+  const size_t slot_bytes = static_cast<size_t>(m.slot_bytes);
   const int hold_stage = static_cast<int>(m.stage_end_copies), hold_attn = static_cast<int>(m.attn_end_copies);
   const bool has_task = has_attn_task(static_cast<int>(m.num_kv_heads), static_cast<int>(m.num_splits));
   const bool holding = hold_stage < ns || (has_task && hold_attn < ns);
@@ -205,7 +206,7 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
     (void)K, (void)nu, (void)policy;
 #else
     mbar_arrive_expect_tx(&hdr.full[slot], ch.bytes0 + ch.bytes1);
-    uint8_t* dst = ring + static_cast<size_t>(slot) * MonoConfig::kSlotBytes;
+    uint8_t* dst = ring + static_cast<size_t>(slot) * slot_bytes;
     bulk_copy_g2s(dst, ch.src0, ch.bytes0, &hdr.full[slot], policy);
     if (ch.bytes1 != 0) bulk_copy_g2s(dst + pair_offset_bytes(K, nu), ch.src1, ch.bytes1, &hdr.full[slot], policy);
 #endif
@@ -248,6 +249,7 @@ struct Ring {
   int slot;
   uint32_t phase;
   int parity;  // alternates per batch of chunks: SmemHeader::epi
+  uint32_t slot_bytes;  // ModelArgs::slot_bytes
 };
 
 // Consume this block's chunks of one stage: c = c0, c0 + G, ... ; epi(row, k, v0, v1) per output unit, k = the
@@ -278,7 +280,7 @@ __device__ __forceinline__ void consume_stage(const ModelArgs& m, SmemHeader& hd
     mbar_wait(&hdr.full[ring.slot], ring.phase, ctrs, kSiteFull);
 #endif
     if (landed_ev >= 0 && c + G >= n && threadIdx.x == 0) tr.mark(t, l, landed_ev);
-    const bf16* w_s = reinterpret_cast<const bf16*>(ring.base + static_cast<size_t>(ring.slot) * MonoConfig::kSlotBytes);
+    const bf16* w_s = reinterpret_cast<const bf16*>(ring.base + static_cast<size_t>(ring.slot) * ring.slot_bytes);
     float a0, a1;
     gemv_partial<kPair>(w_s, x_s, K, nu, wpu_log2, min(nu, N - c * nu), a0, a1);
     // The warp's reads of the slot are done (its sums consumed them): release it before anything else.
@@ -349,7 +351,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
   const uint32_t n_down = static_cast<uint32_t>(hdr.geo[C::kStageDown].chunks);
   const uint32_t n_lm = static_cast<uint32_t>(hdr.geo[C::kStageLM].chunks);
 
-  Ring ring{ring_base, static_cast<int>(m.num_slots), 0, 0u, 0};
+  Ring ring{ring_base, static_cast<int>(m.num_slots), 0, 0u, 0, static_cast<uint32_t>(m.slot_bytes)};
   int base = 0;
   const int64_t pos0 = step.positions[0];
   const bool filtered = kSampled && !kTP && step.filtered != 0;  // top-k / top-p / min-p (burst_sampling.cuh)
@@ -460,18 +462,24 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
           }
           if (tid == 0) tr.mark(t, l, kEvQkvReady);
           bf16* const qkv_out = La.qkv_out;
+          // Qwen2's bias joins the fp32 sum before the one bf16 rounding (as cuBLAS's bias epilogue in stock);
+          // null for Llama / Qwen3 / Mistral.
+          const bf16* const qkv_bias = La.qkv_bias;
           if constexpr (tagged_qkv) {
             uint32_t* const qkv_t = tagged_l + I;
             const uint32_t tag = handoff_tag(e);
             consume_stage<false>(m, hdr, ring, x_s, C::kStageQKV, c0, [=](int r, int, float v, float) {
+              if (qkv_bias != nullptr) v += bf2f(reinterpret_cast<const uint16_t*>(qkv_bias)[r]);
               st_bf16(qkv_out, r, v);
               st_relaxed_u32(qkv_t + r, tagged_word(tag, v));
             }, tr, t, l, kEvQkvLanded);
             // The attention splits poll the words: no release.
             consumer_signal_relaxed(ctrs, layer_counter_index(l, nkv, C::kStageQKV), static_cast<uint32_t>(mine));
           } else {
-            consume_stage<false>(m, hdr, ring, x_s, C::kStageQKV, c0,
-                                 [=](int r, int, float v, float) { st_bf16(qkv_out, r, v); }, tr, t, l, kEvQkvLanded);
+            consume_stage<false>(m, hdr, ring, x_s, C::kStageQKV, c0, [=](int r, int, float v, float) {
+              if (qkv_bias != nullptr) v += bf2f(reinterpret_cast<const uint16_t*>(qkv_bias)[r]);
+              st_bf16(qkv_out, r, v);
+            }, tr, t, l, kEvQkvLanded);
             consumer_signal<kRelaxQKV>(ctrs, layer_counter_index(l, nkv, C::kStageQKV), static_cast<uint32_t>(mine));
           }
           handed_off(t, l, C::kStageQKV, kEvQkvDone);

@@ -26,8 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.list:
+        width = max(map(len, shapes.SHAPES))
         for name, cfg in shapes.SHAPES.items():
-            print(f"{name:14s} {cfg['architectures'][0]:18s} {shapes.param_count(name) / 1e9:6.3f} B params  "
+            print(f"{name:{width}s} {cfg['architectures'][0]:18s} {shapes.param_count(name) / 1e9:6.3f} B params  "
                   f"{shapes.weight_bytes_per_token(name) / 1e9:6.3f} GB read per token (bf16)")
         return 0
 

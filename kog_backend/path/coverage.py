@@ -1,0 +1,139 @@
+"""Whether a model would run on the kog path, from its config.json alone (no weights, no GPU, no server).
+
+The same reasons as the gate: model_spec's architecture / window / RoPE checks and the tile plan's refusals
+(plan.make_plan), each naming the config field. `kog doctor --model` prints them; tests/test_coverage.py walks
+every published config of the families kog covers (tools/fixtures/shapes.MODEL_CONFIGS).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from kog_backend.monokernel.plan import Plan, make_plan
+from kog_backend.path.model_spec import (
+    MLP_BIAS_REASON,
+    O_PROJ_BIAS_REASON,
+    SUPPORTED_ARCHS,
+    SUPPORTED_HEAD_DIMS,
+    DecoderShape,
+    architecture_reason,
+    rope_scaling_reason,
+    sliding_window_reason,
+)
+
+H100_SMS = 132  # H100 SXM and H200: the grid of one launch
+GIB = 1024**3
+# GPU memory a card reports (torch.cuda.mem_get_info total), by name: what `kog doctor --gpu` takes.
+GPU_MEMORY = {"h100": 79.2 * GIB, "h200": 139.8 * GIB}
+# What vLLM holds besides weights and KV cache at batch 1 (CUDA graphs, activations, the sampler's buffers) plus
+# kog's own buffers (scratch, partials, tagged words, sampling work): a bound, not a measurement of each model.
+RUNTIME_OVERHEAD = 3 * GIB
+
+
+def shape_from_config(cfg: Mapping[str, Any], tp_size: int = 1) -> DecoderShape | str:
+    """The DecoderShape vLLM would load for this config.json, or why the kog path would refuse it."""
+    archs = list(cfg.get("architectures") or [])
+    reason = architecture_reason(archs)
+    if reason is not None:
+        return reason
+    arch = SUPPORTED_ARCHS[archs[0]]
+    for check in (
+        sliding_window_reason(cfg.get("sliding_window"), cfg.get("use_sliding_window")),
+        rope_scaling_reason(cfg.get("rope_scaling") or cfg.get("rope_parameters")),
+    ):
+        if check is not None:
+            return check
+    if cfg.get("quantization_config"):
+        method = cfg["quantization_config"].get("quant_method", "?")
+        return f"quantization_config {method}: quantised weights (bf16 only)"
+    dtype = cfg.get("torch_dtype") or cfg.get("dtype")
+    if dtype not in (None, "bfloat16"):
+        return f"torch_dtype {dtype} (bf16 only; serve it with --dtype bfloat16)"
+    if cfg.get("mlp_bias"):
+        return MLP_BIAS_REASON
+    if cfg.get("attention_bias") and arch != "qwen2":  # Llama / Mistral / Qwen3: q, k, v and o_proj all get one
+        return O_PROJ_BIAS_REASON
+    qkv_bias = arch == "qwen2"
+    H, nh = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+    nkv = int(cfg.get("num_key_value_heads") or nh)
+    D = int(cfg.get("head_dim") or H // nh)
+    if D not in SUPPORTED_HEAD_DIMS:
+        return f"head_dim {D} (64 or 128 only)"
+    if nh % tp_size or nkv % tp_size or int(cfg["intermediate_size"]) % tp_size:
+        return (f"num_attention_heads {nh} / num_key_value_heads {nkv} / intermediate_size "
+                f"{cfg['intermediate_size']} not divisible by tensor parallelism {tp_size}")
+    vocab = int(cfg["vocab_size"])
+    padded = -(-vocab // (64 * tp_size)) * 64  # vLLM pads the vocabulary to 64 per rank
+    return DecoderShape(
+        arch=arch, num_layers=int(cfg["num_hidden_layers"]), hidden_size=H, num_heads=nh // tp_size,
+        num_kv_heads=nkv // tp_size, head_dim=D, intermediate_size=int(cfg["intermediate_size"]) // tp_size,
+        vocab_size=vocab, padded_vocab_local=padded, vocab_start=0, rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        qk_norm=arch == "qwen3", tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        max_position=int(cfg.get("max_position_embeddings", 4096)), tp_size=tp_size, qkv_bias=qkv_bias,
+    )  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    shape: DecoderShape | None
+    plan: Plan | None
+    reason: str | None  # None: the kog path takes it
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+
+def verdict(cfg: Mapping[str, Any], sm_count: int = H100_SMS, tp_size: int = 1) -> Verdict:
+    """The gate's answer for this config on a GPU of `sm_count` SMs (the shape checks and the tile plan)."""
+    shape = shape_from_config(cfg, tp_size)
+    if isinstance(shape, str):
+        return Verdict(None, None, shape)
+    plan = make_plan(shape, sm_count)
+    if isinstance(plan, str):
+        return Verdict(shape, None, plan)
+    return Verdict(shape, plan, None)
+
+
+def weight_bytes(cfg: Mapping[str, Any]) -> int:
+    """bf16 bytes of the stored parameters (tied embedding once)."""
+    from kog_backend.tools.bench.model_bytes import normalized
+    from kog_backend.tools.fixtures.shapes import BF16_BYTES, param_count
+
+    return param_count(normalized(cfg)) * BF16_BYTES
+
+
+def kv_bytes_per_token(cfg: Mapping[str, Any]) -> int:
+    H, nh = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+    nkv = int(cfg.get("num_key_value_heads") or nh)
+    D = int(cfg.get("head_dim") or H // nh)
+    return 2 * int(cfg["num_hidden_layers"]) * nkv * D * 2
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryFit:
+    gpu_bytes: float
+    weights: int
+    kv_per_token: int
+    max_context: int  # tokens of KV cache left at `utilization`; < 1: the weights do not fit
+
+    @property
+    def fits(self) -> bool:
+        return self.max_context >= 1
+
+    def describe(self, utilization: float) -> str:
+        head = (f"weights {self.weights / GIB:.1f} GiB, KV {self.kv_per_token / 1024:.0f} KiB per token, "
+                f"{utilization:.2f} x {self.gpu_bytes / GIB:.1f} GiB")
+        if not self.fits:
+            return f"{head}: does not fit (the stock path cannot load it either)"
+        return f"{head}: fits, KV cache for ~{self.max_context} tokens (--max-model-len at most that)"
+
+
+def memory_fit(cfg: Mapping[str, Any], gpu_bytes: float, utilization: float = 0.9) -> MemoryFit:
+    """Weights + KV cache + RUNTIME_OVERHEAD against `utilization` of a card's memory (vLLM's
+    --gpu-memory-utilization, default 0.9): how many tokens of context the rest holds."""
+    w, kv = weight_bytes(cfg), kv_bytes_per_token(cfg)
+    room = gpu_bytes * utilization - w - RUNTIME_OVERHEAD
+    return MemoryFit(gpu_bytes, w, kv, int(room // kv) if room > 0 else 0)
