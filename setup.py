@@ -12,11 +12,12 @@ Environment:
   KOG_NVCC_THREADS=2     parallel nvcc threads.
   KOG_TRACE=1            compile the monokernel's timeline marks in (benchmarks/bench_monokernel.py --trace);
                          off by default: they cost ~4% at batch 1 even when unused (csrc/include/kog/trace.cuh).
-  KOG_NVCC_FLAGS="..."   extra nvcc flags for diagnostic builds, e.g. "-DKOG_BENCH_NO_MATH", "-DKOG_BENCH_NO_COPY",
-                         "-DKOG_BENCH_NO_ATTN" or "-DKOG_BENCH_RELAXED_MASK=31" (docs/tuning.md, "Bounds": what each one
-                         removes from the step); "-DKOG_BENCH_SALT=n" (the code shifted by 16 n bytes) and
-                         "-DKOG_BENCH_SALT_MID=n" (a never-run branch: ptxas schedules anew) change nothing the step
-                         runs, for measuring how much code generation alone moves it.
+  KOG_NVCC_FLAGS="..."   extra nvcc flags for diagnostic builds (csrc/include/kog/diagnostics.cuh lists them all), e.g.
+                         "-DKOG_BENCH_NO_MATH", "-DKOG_BENCH_NO_COPY", "-DKOG_BENCH_NO_ATTN" or
+                         "-DKOG_BENCH_RELAXED_MASK=31" (docs/tuning.md, "Bounds": what each one removes from the step);
+                         "-DKOG_BENCH_SALT=n" (the code shifted by 16 n bytes) and "-DKOG_BENCH_SALT_MID=n" (a never-run
+                         branch: ptxas schedules anew) change nothing the step runs, for measuring how much code
+                         generation alone moves it.
 """
 
 import glob

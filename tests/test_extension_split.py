@@ -1,5 +1,5 @@
 """The production extension kog_backend._C and the test-only kog_backend._C_test: which ops each binds, one ops
-version for both, and the loader never taking one for the other."""
+version for both, the loader never taking one for the other, and the diagnostics switches in one header."""
 
 from __future__ import annotations
 
@@ -77,3 +77,16 @@ def test_loaded_production_extension_has_no_test_op():
 
     assert not any(hasattr(torch.ops.kog, n) for n in ("philox_test", "gumbel_argmax_test", "hold_sms_test"))
 
+
+def test_diagnostics_switches_only_in_their_header():
+    """Every KOG_BENCH_* switch is read in csrc/include/kog/diagnostics.cuh; production code uses its diag:: names."""
+    hits = []
+    for path in glob.glob(os.path.join(CSRC, "**", "*.c*"), recursive=True) + glob.glob(
+        os.path.join(CSRC, "**", "*.h"), recursive=True
+    ):
+        if os.path.basename(path) == "diagnostics.cuh":
+            continue
+        for i, line in enumerate(open(path), 1):
+            if "KOG_BENCH_" in line:
+                hits.append(f"{os.path.relpath(path, ROOT)}:{i}")
+    assert hits == []
