@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from test_scheduler import BLOCK, checkpoint, make_scheduler  # noqa: E402,F401 (fixtures)
+from test_scheduler import BLOCK, K, _num_slots, checkpoint, make_scheduler  # noqa: E402,F401 (fixtures)
 
 from kog_backend.path import eligibility  # noqa: E402
 from kog_backend.path.eligibility import STEP_REASONS  # noqa: E402
@@ -62,6 +62,8 @@ def test_chunked_prefill(make_scheduler, prompt_len, chunk):
     *earlier, (last_n, last_reason) = reasons
     assert all(r == STEP_REASONS["prefill"] for _, r in earlier), reasons
     assert last_reason == (None if last_n == 1 else STEP_REASONS["prefill"]), reasons
+    # The last chunk's step already held the look-ahead slots of a burst from the prompt's last position.
+    assert _num_slots(s, "a") >= prompt_len - 1 + K
     if chunk == 1:  # one-token chunks before the last are prefills, not decodes
         assert [r for _, r in reasons] == [STEP_REASONS["prefill"]] * (prompt_len - 1) + [None]
     for burst in ([8], [9, 10, 11, 12], [13]):  # decode steps, one a burst of K (KogScheduler's accounting)
