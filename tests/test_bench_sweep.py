@@ -201,3 +201,23 @@ def test_sweep_table_from_a_saved_json(tmp_path, monkeypatch, capsys):
     assert "ckpt prompt 8000: kog is slower than stock (0.20x)" in format_sweep_table(sweep)
     with pytest.raises(ValueError):
         SweepReport.from_dict({"schema": "kog-bench/1"})
+
+
+def test_sweep_reuses_lengths_measured_earlier(tmp_path, monkeypatch, capsys):
+    """A long sweep in several invocations: lengths already in OUT (same models, settings and commit) are reused;
+    the last invocation over every length measures only what is missing and prints the one table."""
+    ckpt = _ckpt(tmp_path, 131072)
+    code, calls = _run_sweep(tmp_path, monkeypatch, "2000", "--model", ckpt, "--no-chart", "--commit", "c1")
+    assert code == 0 and len(calls) == 2
+    code, calls = _run_sweep(tmp_path, monkeypatch, "2000,8000", "--model", ckpt, "--no-chart", "--commit", "c1")
+    assert code == 0 and [len(c["prompt_token_ids"]) for c in calls] == [8000, 8000]
+    out = capsys.readouterr()
+    assert "prompt 2000 tokens: reusing" in out.err
+    sweep = SweepReport.load(str(tmp_path / "out" / "sweep.json"))
+    assert [int(p.settings["prompt_len"]) for p in sweep.points] == [2000, 8000]
+    # Other settings, or another commit: measured again.
+    for extra in (("--new-tokens", "32", "--commit", "c1"), ("--new-tokens", "64", "--commit", "c2")):
+        run_child, calls = _fake_child(kog_steps=4 * 64)
+        monkeypatch.setattr(offline, "run_child", run_child)
+        args = _args(tmp_path, "--prompt-lens", "2000", "--greedy", "--model", ckpt, "--no-chart", *extra)
+        assert bench_cmd.run(args) == 0 and len(calls) == 2, extra

@@ -3,7 +3,9 @@ table and one chart (sweep_chart.py) of tok/s and % of copy bandwidth against co
 
 Each length is a whole offline run (offline.run_offline) with its own vLLM max_model_len (offline.max_model_len:
 prompt + new tokens + slack, capped at the model's max_position_embeddings); its bench.json and engine logs go to
-OUT/prompt-N/. A (model, length) pair whose request does not fit the model's positions is skipped and listed.
+OUT/prompt-N/. A (model, length) pair whose request does not fit the model's positions is skipped and listed. A
+length already measured in OUT with the same models and settings is reused (run_sweep), so a long sweep can be
+measured a few lengths per invocation and assembled by a last invocation over every length.
 Bytes per token: weights + the mean KV bytes of the decode steps (model_bytes.mean_kv_bytes_per_token), so the
 share of copy bandwidth counts the KV stream that grows with the context.
 """
@@ -85,31 +87,73 @@ class SweepReport:
         return {k: sorted(v, key=lambda t: t[0]) for k, v in out.items()}
 
 
-def run_sweep(s: Any, prompt_lens: list[int], log=print) -> SweepReport:
-    """s: offline.Settings (its prompt_len is ignored). Every (model, length) is checked before any engine runs."""
-    from kog_backend.tools.bench import model_bytes, offline
+def _model_config(name: str) -> tuple[str, dict[str, Any]]:
+    """(label, config.json) of a checkpoint directory or an embedded shape, without writing any checkpoint (the
+    offline run writes a shape's checkpoint when it first needs it)."""
+    from kog_backend.tools.bench import model_bytes
+    from kog_backend.tools.fixtures import shapes
 
-    resolved = [(name, offline.resolve_model(name, log=log)) for name in s.models]
-    plan: list[tuple[int, list[str]]] = []
+    if os.path.isdir(name):
+        if not os.path.isfile(os.path.join(name, "config.json")):
+            raise ValueError(f"{name} is a directory without config.json, not a checkpoint")
+        return os.path.basename(os.path.normpath(name)), model_bytes.load_config(name)
+    if name not in shapes.SHAPES:
+        raise ValueError(f"{name!r} is neither a checkpoint directory nor an embedded shape ({', '.join(shapes.shape_names())})")
+    return name, shapes.get_shape(name)
+
+
+def _comparable(settings: dict[str, Any]) -> str:
+    """A run's settings without its prompt length, as JSON (what two lengths of one sweep share)."""
+    return json.dumps({k: v for k, v in settings.items() if k != "prompt_len"}, sort_keys=True, default=str)
+
+
+def reusable_point(path: str, settings: dict[str, Any], labels: list[str], commit: str) -> BenchReport | None:
+    """The earlier run at `path` (a prompt-N/bench.json) when it measured these models at this commit with these
+    settings (the prompt length aside), else None."""
+    try:
+        point = BenchReport.load(path)
+    except (OSError, ValueError):
+        return None
+    if point.commit != commit or _comparable(point.settings) != _comparable(settings):
+        return None
+    return point if sorted(m.model for m in point.models) == sorted(labels) else None
+
+
+def run_sweep(s: Any, prompt_lens: list[int], log=print) -> SweepReport:
+    """s: offline.Settings (its prompt_len is ignored). Every (model, length) is checked before any engine runs.
+    A length whose OUT/prompt-N/bench.json holds an earlier run of the same models with the same settings is
+    reused, not measured again: a sweep too long for one sitting runs as several invocations over subsets of the
+    lengths, and a last one over all of them assembles the table and chart."""
+    from kog_backend.tools.bench import environment, offline
+
+    commit = environment.commit(s.commit)
+    models = [(name, *_model_config(name)) for name in s.models]
+    plan: list[tuple[int, list[str], list[str]]] = []
     report = SweepReport(prompt_lens=list(prompt_lens))
     for n in prompt_lens:
-        fits = []
-        for name, m in resolved:
+        names, labels = [], []
+        for name, label, cfg in models:
             try:
-                offline.max_model_len(model_bytes.load_config(m.path), dataclasses.replace(s, prompt_len=n))
-                fits.append(name)
+                offline.max_model_len(cfg, dataclasses.replace(s, prompt_len=n))
+                names.append(name)
+                labels.append(label)
             except ValueError as e:
-                report.skipped.append(Skipped(m.label, n, str(e)))
-                log(f"skipping {m.label} at prompt {n}: {e}")
-        if fits:
-            plan.append((n, fits))
+                report.skipped.append(Skipped(label, n, str(e)))
+                log(f"skipping {label} at prompt {n}: {e}")
+        if names:
+            plan.append((n, names, labels))
     if not plan:
         raise ValueError("no prompt length fits any model: " + "; ".join(x.reason for x in report.skipped))
-    for n, names in plan:
-        log(f"--- prompt {n} tokens ---")
-        out = os.path.join(s.out, f"prompt-{n}")
-        point = offline.run_offline(dataclasses.replace(s, prompt_len=n, models=names, out=out), log=log)
-        point.save(os.path.join(out, "bench.json"))
+    for n, names, labels in plan:
+        at = dataclasses.replace(s, prompt_len=n, models=names, out=os.path.join(s.out, f"prompt-{n}"))
+        path = os.path.join(at.out, "bench.json")
+        point = reusable_point(path, at.public(), labels, commit)
+        if point is not None:
+            log(f"--- prompt {n} tokens: reusing {path} ({point.date}) ---")
+        else:
+            log(f"--- prompt {n} tokens ---")
+            point = offline.run_offline(at, log=log)
+            point.save(path)
         report.points.append(point)
     return report
 
