@@ -29,6 +29,13 @@ class Recording:
     num_cached_tokens: int | None = None  # prompt tokens vLLM's prefix cache served (RequestOutput.num_cached_tokens)
 
 
+def _partial_prefill_chunk(input_batch: Any) -> bool:
+    """A step of a chunked prefill before its last chunk (V2's InputBatch, one request): positions computed after
+    the step < the prompt's. vLLM's runner calls its sampler on it too and drops the token."""
+    done = int(input_batch.num_computed_tokens_np[0]) + int(input_batch.num_scheduled_tokens[0])
+    return done < int(input_batch.prefill_len_np[0])
+
+
 class _SamplerProxy:
     def __init__(self, sampler: Any, vocab: int, force: list[int] | None):
         self._sampler = sampler
@@ -41,6 +48,8 @@ class _SamplerProxy:
 
     def __call__(self, logits: torch.Tensor, input_batch: Any) -> Any:
         assert logits.shape[0] == 1, "teacher forcing records single-request steps"
+        if _partial_prefill_chunk(input_batch):  # vLLM samples it and discards the token: not a step of the output
+            return self._sampler(logits, input_batch)
         self.rows.append(logits[0, : self._vocab].float().cpu())
         out = self._sampler(logits, input_batch)
         if self._force is not None and len(self.rows) <= len(self._force):
