@@ -99,6 +99,12 @@ class KogModelRunner(GPUModelRunnerV2):
         if reason is not None:
             self._kog_disable(reason)
 
+    @property
+    def _kog_max_len(self) -> int:
+        """The max_model_len a burst is capped by (burst_length): vLLM's, or one past the tested context range, so
+        that no burst computes a position whose context exceeds eligibility.MAX_TESTED_CONTEXT."""
+        return min(self.max_model_len, eligibility.MAX_TESTED_CONTEXT + 1)
+
     # ---- set-up --------------------------------------------------------------------------------------------
 
     def _kog_effective_tokens_per_step(self, vllm_config: Any) -> int:
@@ -163,6 +169,10 @@ class KogModelRunner(GPUModelRunnerV2):
             if not isinstance(cache, torch.Tensor) or cache.dtype != torch.bfloat16:
                 self._kog_disable(f"KV cache of layer {len(caches)} is not a bf16 tensor")
                 return
+            reason = eligibility.kv_cache_unsupported_reason(cache, self._kog_weights.shape.head_dim)
+            if reason is not None:
+                self._kog_disable(f"layer {len(caches)}: {reason}")
+                return
             try:
                 model_spec.kv_cache_view(cache, self._kog_weights.shape.head_dim)
             except model_spec.UnsupportedModel as e:
@@ -181,6 +191,11 @@ class KogModelRunner(GPUModelRunnerV2):
             self._kog_tokens_per_step,
             ", bursts run ahead" if self._kog_run_ahead is not None else "",
         )
+        if self.max_model_len > eligibility.MAX_TESTED_CONTEXT:
+            logger.info(
+                "kog: max_model_len %d: steps at contexts beyond %d positions (the kog path's tested range) run stock",
+                self.max_model_len, eligibility.MAX_TESTED_CONTEXT,
+            )  # fmt: skip
 
     def _kog_select_impl(self) -> str | None:
         """'torch' or 'monokernel'. `auto` and `monokernel` select the monokernel and turn kog off, with the
@@ -276,8 +291,10 @@ class KogModelRunner(GPUModelRunnerV2):
         if self.kog_disabled_reason is not None:
             return self.kog_disabled_reason
         requests = self._kog_requests
-        reasons = {rid: requests[rid].reason for rid in scheduler_output.num_scheduled_tokens if rid in requests}
-        return eligibility.step_unsupported_reason(scheduler_output, reasons)
+        scheduled = [rid for rid in scheduler_output.num_scheduled_tokens if rid in requests]
+        reasons = {rid: requests[rid].reason for rid in scheduled}
+        prompt_lens = {rid: requests[rid].prompt_len for rid in scheduled}
+        return eligibility.step_unsupported_reason(scheduler_output, reasons, prompt_lens=prompt_lens)
 
     @torch.inference_mode()
     def execute_model(
@@ -326,7 +343,7 @@ class KogModelRunner(GPUModelRunnerV2):
             single = self._kog_burst_reason(request)
             if single is None:
                 k = burst_length(
-                    self._kog_tokens_per_step, position, request.prompt_len, request.max_tokens, self.max_model_len
+                    self._kog_tokens_per_step, position, request.prompt_len, request.max_tokens, self._kog_max_len
                 )
             else:
                 self.kog_counters.record_single_token(single)
@@ -587,7 +604,7 @@ class KogModelRunner(GPUModelRunnerV2):
         k = key.num_tokens
         nxt = next_burst_key(
             key, burst_length(self._kog_tokens_per_step, key.position + k, request.prompt_len, request.max_tokens,
-                              self.max_model_len),
+                              self._kog_max_len),
         )  # fmt: skip
         if nxt is None:
             return

@@ -4,8 +4,10 @@ Three levels, each returning None (eligible) or a reason string that is logged o
   server_unsupported_reason(vllm_config)        parallelism, LoRA, speculative decoding, KV dtype, ...
   request_unsupported_reason(sampling_params, lora_request)
                                                 what a request asks for that the kog path does not do
-  step_unsupported_reason(scheduler_output, request_reasons)
-                                                exactly one request, decoding one token, nothing else
+  step_unsupported_reason(scheduler_output, request_reasons, prompt_lens)
+                                                exactly one request, decoding one token (its last known token,
+                                                within the tested context range), nothing else
+and, once the KV cache exists, kv_cache_unsupported_reason(kv_cache, head_dim): a layout the kernel does not know.
 All TP ranks see the same SchedulerOutput and config, so they take the same decision.
 """
 
@@ -18,6 +20,13 @@ from typing import Any
 import numpy as np
 
 GREEDY_TEMPERATURE = 1e-5  # vLLM's SamplingParams: temperature below this is greedy
+
+# The longest context, in positions (the step's own token included), at which the kog path is checked against its
+# reference: the longest case of integration_tests/test_monokernel_long_context_gpu.py, which imports this constant.
+# A step whose context is longer runs stock, and a burst never computes past it (runner.burst_length's cap).
+MAX_TESTED_CONTEXT = 131072
+# KV-cache block sizes (positions per block) the kernel tests cover (the same test file); vLLM's default is 16.
+TESTED_BLOCK_SIZES = (16, 32, 64, 128)
 
 # Reasons a request can never take the kog path. Keys are the SamplingParams fields; `kog doctor` lists them.
 REQUEST_FEATURES = {
@@ -65,6 +74,7 @@ STEP_REASONS = {
     "speculative": "speculative tokens scheduled",
     "encoder": "encoder inputs scheduled",
     "unknown_request": "request unknown to the kog runner",
+    "long_context": f"context beyond {MAX_TESTED_CONTEXT} positions (the kog path's tested range)",
 }
 
 SERVER_FEATURES = {
@@ -114,8 +124,18 @@ def request_single_token_reason(sampling_params: Any) -> str | None:
 
 
 def step_unsupported_reason(
-    scheduler_output: Any, request_reasons: Mapping[str, str | None], dummy_run: bool = False
+    scheduler_output: Any,
+    request_reasons: Mapping[str, str | None],
+    dummy_run: bool = False,
+    prompt_lens: Mapping[str, int] | None = None,
+    max_context: int = MAX_TESTED_CONTEXT,
 ) -> str | None:
+    """None when the step is one request decoding one token on the kog path. Where the request is in the step's
+    scheduled_cached_reqs (every step but its first), its position is checked too: the scheduled token must be its
+    last known one (num_computed_tokens + 1 == prompt length + outputs; a prefill chunk of one token that is not
+    the prompt's last is a prefill, the final one-token chunk of a chunked prefill decodes), and the context
+    (position + 1) at most max_context. prompt_lens: request id -> prompt length (tokens), as the runner recorded
+    it; without it only the context length is checked."""
     if dummy_run:
         return "dummy run"
     num_reqs = len(scheduler_output.num_scheduled_tokens)
@@ -132,7 +152,18 @@ def step_unsupported_reason(
     (req_id,) = scheduler_output.num_scheduled_tokens
     if req_id not in request_reasons:
         return STEP_REASONS["unknown_request"]
-    return request_reasons[req_id]
+    if request_reasons[req_id] is not None:
+        return request_reasons[req_id]
+    cached = scheduler_output.scheduled_cached_reqs
+    if cached is not None and req_id in cached.req_ids:
+        i = cached.req_ids.index(req_id)  # one request: a list of one
+        position = cached.num_computed_tokens[i]
+        prompt_len = (prompt_lens or {}).get(req_id)
+        if prompt_len is not None and position + 1 < prompt_len + cached.num_output_tokens[i]:
+            return STEP_REASONS["prefill"]
+        if position + 1 > max_context:
+            return STEP_REASONS["long_context"]
+    return None
 
 
 def server_unsupported_reason(vllm_config: Any) -> str | None:
@@ -163,6 +194,28 @@ def server_unsupported_reason(vllm_config: Any) -> str | None:
     cache_dtype = vllm_config.cache_config.cache_dtype
     if cache_dtype not in ("auto", "bfloat16"):
         return f"{SERVER_FEATURES['kv_cache_dtype']} ({cache_dtype})"
+    return None
+
+
+def kv_cache_unsupported_reason(kv_cache: Any, head_dim: int) -> str | None:
+    """Why one layer's KV cache is not a layout the kernel knows, or None. Known: vLLM's flash layout (FLASH_ATTN,
+    TRITON_ATTN), logical [num_blocks, num_kv_heads, block_size, 2 * head_dim] bf16, K in [..., :head_dim], V in
+    [..., head_dim:], in NHD memory order ([blocks][block_size][kv_heads][2D], vLLM's default) or HND
+    ([blocks][kv_heads][block_size][2D], VLLM_KV_CACHE_LAYOUT=HND) within a block, a block stride of at least one
+    page (vLLM pads or packs pages for some configurations; the kernel reads the stride), and a block size in
+    TESTED_BLOCK_SIZES. Element units throughout (bf16)."""
+    shape = tuple(kv_cache.shape)
+    if len(shape) != 4 or shape[3] != 2 * head_dim:
+        return f"KV-cache layout: shape {shape} is not the flash layout [blocks, kv_heads, block, 2*{head_dim}]"
+    _, nkv, bs, d2 = shape
+    strides = tuple(kv_cache.stride())
+    nhd = (d2, nkv * d2, 1)  # within a block; the block stride may exceed a page (vLLM's padded or packed pages)
+    hnd = (bs * d2, d2, 1)
+    if strides[1:] not in (nhd, hnd) or strides[0] < nkv * bs * d2:
+        return (f"KV-cache layout: strides {strides} of shape {shape} are neither NHD (*, {nhd}) nor HND (*, {hnd}) "
+                "with whole pages")
+    if bs not in TESTED_BLOCK_SIZES:
+        return f"KV-cache block size {bs} (tested: {', '.join(map(str, TESTED_BLOCK_SIZES))})"
     return None
 
 
