@@ -38,3 +38,21 @@ def reason_sections() -> list[tuple[str, list[str]]]:
     each field as <field>."""
     return [(f"gate level {level}", [gate.display(text) for text in reasons.values()])
             for level, reasons in gate.LEVELS.items()]
+
+
+def reasons_markdown() -> str:
+    """docs/reasons.md: the catalogue as a page, level by level, each level introduced by its module's docstring
+    (tests/test_docs.py keeps the page equal to this)."""
+    out = [
+        "# Every reason kog counts",
+        "",
+        "Generated from the gate (`kog_backend/path/gate/`) by `kog_backend.tools.doctor.features.reasons_markdown`;",
+        "`kog doctor --reasons` prints the same list. A reason is what `kog stats` and /metrics show: a step that ran",
+        "stock, a kog step of one token instead of a burst, or kog off for the whole server (`disabled_reason`).",
+        "`<field>` stands for a value the reason names; a reason of the form `monokernel: <reason>` wraps another.",
+    ]
+    for level, reasons in gate.LEVELS.items():
+        doc = (getattr(gate, level).__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+        out += ["", f"## {level}", "", doc, "", "| key | reason |", "|---|---|"]
+        out += [f"| `{key}` | `{gate.display(text).replace('|', chr(92) + '|')}` |" for key, text in reasons.items()]
+    return "\n".join(out) + "\n"
