@@ -16,7 +16,10 @@ from vllm.v1.core.sched.output import CachedRequestData, SchedulerOutput
 from kog_backend.monokernel import synthetic
 from kog_backend.path import gate
 from kog_backend.path.burst_sampling import BurstSampling
-from kog_backend.path.gate import burst, environment, kv_cache, model, monokernel, request, server, step, tiling
+from kog_backend.monokernel import layout
+from kog_backend.path.gate import (
+    burst, environment, extension, kv_cache, model, monokernel, request, server, step, tiling,
+)
 
 NS = types.SimpleNamespace
 CPU = torch.device("cpu")
@@ -79,6 +82,19 @@ def _stale_build():
         return monokernel.device_reason(torch.device("cuda", 0), 132)
 
 
+def _extension(layout_=None, config=None):
+    """A loaded extension's layout and config ops, this package's unless given."""
+    lay = layout.expected_layout() if layout_ is None else layout_
+    cfg = list(layout.CONFIG.values()) if config is None else config
+    return NS(monokernel_layout=lambda: lay, monokernel_config=lambda: cfg)
+
+
+def _other_layout():
+    shifted = layout.expected_layout()
+    shifted[0] += 8
+    return shifted
+
+
 def _kv(shape=(3, 2, 16, 128), dtype=torch.bfloat16):
     return torch.zeros(shape, dtype=dtype)
 
@@ -110,6 +126,16 @@ CASES = [
     ("environment", "no_gpu", _no_cuda),
     ("environment", "gpu_capability", lambda: environment.gpu_reason((8, 0), "NVIDIA A100")),
     ("environment", "gpu_capability", lambda: environment.gpu_reason((8, 9), None)),
+    ("extension", "not_built", lambda: extension.not_built_reason(None)),
+    ("extension", "load_failed", lambda: extension.load_failed_reason("/x/_C.abi3.so", OSError("undefined symbol"))),
+    ("extension", "no_version_op", lambda: extension.version_op_reason(AttributeError("version"))),
+    ("extension", "version", lambda: extension.version_reason(5, 6)),
+    ("extension", "no_step_op", _stale_build),
+    ("extension", "no_layout_op", lambda: layout.extension_mismatch(NS())),
+    ("extension", "layout", lambda: layout.extension_mismatch(_extension(layout_=_other_layout()))),
+    ("extension", "constants", lambda: layout.extension_mismatch(
+        _extension(config=list(dict(layout.CONFIG, kHeaderBytes=0).values())))),
+    ("extension", "constants", lambda: layout.extension_mismatch(_extension(config=list(layout.CONFIG.values())[:-1]))),
     ("server", "pipeline_parallel", lambda: server.server_unsupported_reason(
         _vllm_config(**{"parallel_config.pipeline_parallel_size": 2}))),
     ("server", "data_parallel", lambda: server.server_unsupported_reason(
@@ -173,7 +199,6 @@ CASES = [
     ("monokernel", "kernel_abort", lambda: monokernel.kernel_abort("counter wait timed out in block 3")),
     ("monokernel", "not_cuda", lambda: monokernel.unsupported_reason(_weights(), [], "cpu")),
     ("monokernel", "capability", _capability_80),
-    ("monokernel", "stale_build", _stale_build),
     ("monokernel", "residency", lambda: monokernel.residency_reason(66, 132)),
     ("monokernel", "architecture", lambda: monokernel.shape_reason(_shape(arch="gemma"), 1)),
     ("monokernel", "qkv_bias_arch", lambda: monokernel.shape_reason(_shape(qkv_bias=True), 1)),
@@ -269,6 +294,7 @@ def test_strings_the_gate_never_returns_have_no_key():
 
 def test_eligible_inputs_have_no_reason():
     assert environment.vllm_version_reason("0.26.0") is None and environment.gpu_reason((9, 0), "H100") is None
+    assert extension.version_reason(6, 6) is None and layout.extension_mismatch(_extension()) is None
     assert server.server_unsupported_reason(_vllm_config()) is None
     assert model.architecture_reason(["Qwen2ForCausalLM"]) is None and model.head_dim_reason(128) is None
     assert model.config_bias_reason("qwen2", False, True) is None  # Qwen2's QKV bias

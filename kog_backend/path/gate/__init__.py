@@ -7,6 +7,7 @@ with it (kog_backend.path.metrics). Other modules compute facts (model_spec read
 tiling) and ask the gate. The levels, in the order a server meets them:
 
   environment  the worker's process: kog switched on, vLLM's version, the GPU, vLLM's V2 runner
+  extension    kog_backend._C: built, loadable, this package's ops version, layout and kernel constants
   server       vLLM's config (parallelism, LoRA, speculative decoding, dtypes) and the start gate
   model        the model's config.json and loaded weights; each reason names the config field
   kv_cache     the KV cache vLLM allocated
@@ -26,7 +27,9 @@ import functools
 import re
 import string
 
-from kog_backend.path.gate import burst, environment, kv_cache, model, monokernel, request, server, step, tiling
+from kog_backend.path.gate import (
+    burst, environment, extension, kv_cache, model, monokernel, request, server, step, tiling,
+)
 from kog_backend.path.gate.burst import BURST_REASONS, burst_reason, request_single_token_reason, scheduling_reason
 from kog_backend.path.gate.environment import environment_reason, gpu_reason, vllm_version_reason, worker_reason
 from kog_backend.path.gate.request import KOG_PATH_FEATURES, REQUEST_FEATURES, request_unsupported_reason
@@ -35,6 +38,7 @@ from kog_backend.path.gate.step import STEP_REASONS, step_unsupported_reason
 
 LEVELS = {
     "environment": environment.REASONS,
+    "extension": extension.REASONS,
     "server": server.REASONS,
     "model": model.REASONS,
     "kv_cache": kv_cache.REASONS,
@@ -81,7 +85,7 @@ def _patterns() -> list[tuple[str, str, re.Pattern, tuple[int, int]]]:
 
 __all__ = [
     "BURST_REASONS", "KOG_PATH_FEATURES", "LEVELS", "REQUEST_FEATURES", "SERVER_FEATURES", "STEP_REASONS",
-    "burst", "burst_reason", "catalogue", "display", "environment", "environment_reason", "gpu_reason", "kv_cache",
+    "burst", "burst_reason", "catalogue", "display", "environment", "environment_reason", "extension", "gpu_reason", "kv_cache",
     "model", "monokernel", "reason_key", "request", "request_single_token_reason", "request_unsupported_reason",
     "scheduling_reason", "server", "server_unsupported_reason", "start_reason", "step", "step_unsupported_reason",
     "tiling", "vllm_version_reason", "worker_reason",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kog_backend.path.gate import environment, kv_cache, model
+from kog_backend.path.gate import environment, extension, kv_cache, model
 
 REQUIRED_CAPABILITY = environment.REQUIRED_CAPABILITY
 
@@ -21,10 +21,9 @@ REASONS = {
     "setup_failed": "monokernel set-up failed: {error}",
     "launch_failed": "monokernel launch failed: {error}",
     "kernel_abort": "kernel abort: {detail}",
-    # the device and the extension
+    # the device (the extension: extension.py)
     "not_cuda": "device {device} is not a CUDA GPU",
     "capability": "compute capability {capability}: the monokernel is built for sm_90a (H100/H200) only",
-    "stale_build": "kog_backend._C has no monokernel_step op (stale build)",
     "residency": "the device holds {held} blocks of the monokernel at once (occupancy x available SMs), its grid is "
                  "{grid} (another process or a partition holding SMs?)",
     # the shape
@@ -160,11 +159,9 @@ def device_reason(device: Any, sm_count: int | None) -> str | None:
         cap = torch.cuda.get_device_capability(device)
         if tuple(cap) != REQUIRED_CAPABILITY:
             return REASONS["capability"].format(capability=f"{cap[0]}.{cap[1]}")
-    reason = kog_ops.load_reason()
+    reason = kog_ops.load_reason() or extension.step_op_reason(kog_ops.has_op("monokernel_step"))
     if reason is not None:
         return reason
-    if not kog_ops.has_op("monokernel_step"):
-        return REASONS["stale_build"]
     return layout.extension_mismatch(kog_ops.ops())
 
 
