@@ -1,7 +1,7 @@
 """kog_backend._C (the abi3 extension) as torch.ops.kog, loaded once with torch.ops.load_library.
 
-`load_reason()` is None when the extension is loaded and its version matches this package, else a reason string
-(not built, fails to load, stale build); `ops()` returns torch.ops.kog or raises RuntimeError with that reason.
+`load_reason()` is None when the extension is loaded and its version matches this package, else the gate's reason
+(kog_backend.path.gate.extension: not built, fails to load, stale build); `ops()` returns torch.ops.kog or raises RuntimeError with that reason.
 """
 
 from __future__ import annotations
@@ -25,21 +25,21 @@ def extension_path() -> str | None:
 def _load() -> str | None:
     import torch
 
+    from kog_backend.path.gate import extension
+
     if not hasattr(torch.ops.kog, "version"):
         path = extension_path()
         if path is None:
-            return "kog_backend._C is not built (python setup.py build_ext --inplace)"
+            return extension.not_built_reason(path)
         try:
             torch.ops.load_library(path)  # loading the same file twice is a no-op
         except (OSError, RuntimeError) as e:
-            return f"kog_backend._C at {path} failed to load: {e}"
+            return extension.load_failed_reason(path, e)
     try:
         version = int(torch.ops.kog.version())
     except (AttributeError, RuntimeError) as e:
-        return f"kog_backend._C has no usable version op: {e}"
-    if version != EXPECTED_VERSION:
-        return f"kog_backend._C is version {version}, this package expects {EXPECTED_VERSION} (rebuild the extension)"
-    return None
+        return extension.version_op_reason(e)
+    return extension.version_reason(version, EXPECTED_VERSION)
 
 
 def load_reason() -> str | None:

@@ -106,7 +106,7 @@ def test_padded_pages_are_known():
         (lambda: torch.empty(2, 64, 16, 8, 128, dtype=torch.bfloat16, device="meta"), "not the flash layout"),
         (lambda: torch.empty(64, 8, 16, 128, dtype=torch.bfloat16, device="meta"), "not the flash layout"),
         # K and V planes in the block's outermost dimension: [blocks][2D][block][heads], last dim not contiguous
-        (lambda: torch.empty(64, 256, 16, 8, dtype=torch.bfloat16, device="meta").permute(0, 3, 2, 1), "neither NHD"),
+        (lambda: torch.empty(64, 256, 16, 8, dtype=torch.bfloat16, device="meta").permute(0, 3, 2, 1), "not contiguous"),
         # heads outermost over blocks
         (lambda: torch.empty(8, 64, 16, 256, dtype=torch.bfloat16, device="meta").permute(1, 0, 2, 3), "neither NHD"),
         (lambda: _flash_cache(64, 8, 8, 128, "NHD"), "block size 8"),

