@@ -13,7 +13,7 @@ import pytest
 
 def _gpu_reason() -> str | None:
     try:
-        from kog_backend.path.support import gpu_reason
+        from kog_backend.path.gate import gpu_reason
     except ImportError as e:
         return str(e)
     return gpu_reason()

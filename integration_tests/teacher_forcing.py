@@ -26,6 +26,14 @@ class Recording:
     tokens: list[int]  # what the engine emitted (the forced tokens when forcing)
     logits: torch.Tensor  # [steps, vocab] float32, one row per sampled token
     kog_stats: dict[str, Any] | None
+    num_cached_tokens: int | None = None  # prompt tokens vLLM's prefix cache served (RequestOutput.num_cached_tokens)
+
+
+def _partial_prefill_chunk(input_batch: Any) -> bool:
+    """A step of a chunked prefill before its last chunk (V2's InputBatch, one request): positions computed after
+    the step < the prompt's. vLLM's runner calls its sampler on it too and drops the token."""
+    done = int(input_batch.num_computed_tokens_np[0]) + int(input_batch.num_scheduled_tokens[0])
+    return done < int(input_batch.prefill_len_np[0])
 
 
 class _SamplerProxy:
@@ -40,6 +48,8 @@ class _SamplerProxy:
 
     def __call__(self, logits: torch.Tensor, input_batch: Any) -> Any:
         assert logits.shape[0] == 1, "teacher forcing records single-request steps"
+        if _partial_prefill_chunk(input_batch):  # vLLM samples it and discards the token: not a step of the output
+            return self._sampler(logits, input_batch)
         self.rows.append(logits[0, : self._vocab].float().cpu())
         out = self._sampler(logits, input_batch)
         if self._force is not None and len(self.rows) <= len(self._force):
@@ -48,37 +58,46 @@ class _SamplerProxy:
 
 
 def _record(queue: Any, model: str, engine_kwargs: dict, prompt_ids: list[int], max_tokens: int,
-            force: list[int] | None) -> None:
+            force: list[int] | None, warm: list[list[int]] | None = None) -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM, SamplingParams
 
     llm = LLM(model=model, **engine_kwargs)
     worker = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker
     runner = worker.model_runner
+    if warm:  # earlier requests (one token each), e.g. to fill the prefix cache; their steps are not recorded
+        llm.generate([{"prompt_token_ids": p} for p in warm], SamplingParams(temperature=0.0, max_tokens=1))
+    before = worker.kog_stats() if hasattr(worker, "kog_stats") else None
     vocab = llm.llm_engine.model_config.get_vocab_size()
     proxy = _SamplerProxy(runner.sampler, vocab, force)
     runner.sampler = proxy
     sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
-    out = llm.generate([{"prompt_token_ids": prompt_ids}], sp)[0].outputs[0]
+    result = llm.generate([{"prompt_token_ids": prompt_ids}], sp)[0]
+    out = result.outputs[0]
     stats = worker.kog_stats() if hasattr(worker, "kog_stats") else None
+    if stats is not None and before is not None:  # the recorded request's steps only
+        for key in ("kog_steps", "kog_tokens", "fallback_steps"):
+            stats[key] = stats.get(key, 0) - before.get(key, 0)
     # numpy pickles by value: a torch tensor would travel as a file descriptor of this process's shared memory,
     # which the parent can no longer open once this process has exited (EOFError seen with the 8B shape's logits)
-    queue.put((list(out.token_ids), torch.stack(proxy.rows).numpy(), stats))
+    queue.put((list(out.token_ids), torch.stack(proxy.rows).numpy(), stats, result.num_cached_tokens))
 
 
 def record(model: str, engine_kwargs: dict, prompt_ids: list[int], max_tokens: int,
-           force: list[int] | None = None, timeout_s: float = 600) -> Recording:
+           force: list[int] | None = None, timeout_s: float = 600, warm: list[list[int]] | None = None) -> Recording:
+    """The greedy request's tokens and per-step logits in a fresh engine; `warm`: prompts generated first (one token
+    each, not recorded; the kog counters returned are the recorded request's)."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_record, args=(queue, model, engine_kwargs, prompt_ids, max_tokens, force))
+    proc = ctx.Process(target=_record, args=(queue, model, engine_kwargs, prompt_ids, max_tokens, force, warm))
     proc.start()
     try:
-        tokens, logits, stats = queue.get(timeout=timeout_s)
+        tokens, logits, stats, cached = queue.get(timeout=timeout_s)
     finally:
         proc.join(60)
         if proc.is_alive():
             proc.kill()
-    return Recording(tokens, torch.from_numpy(logits), stats)
+    return Recording(tokens, torch.from_numpy(logits), stats, cached)
 
 
 @dataclasses.dataclass
@@ -111,3 +130,22 @@ def compare(stock: Recording, kog_forced: Recording, atol: float) -> Comparison:
             if margin > 2 * atol:
                 unexplained.append((i, margin, float(diff[i, [want, got]].max())))
     return Comparison(steps=n, max_abs_diff=float(diff.max()), flips=flips, unexplained=unexplained)
+
+
+def parity_failures(stock: Recording, free: Recording, forced: Recording, atol: float) -> tuple[Comparison, list[str]]:
+    """test_teacher_forcing's checks as a list of failures (empty: parity): kog's forced logits within atol of
+    stock's at every step, every argmax flip at a stock top-2 margin <= 2 atol, and kog's free run equal to stock's
+    or first differing at such a flip."""
+    c = compare(stock, forced, atol)
+    n = min(len(free.tokens), len(stock.tokens))
+    c.first_free_mismatch = next((i for i in range(n) if free.tokens[i] != stock.tokens[i]), None)
+    if c.first_free_mismatch is None and len(free.tokens) != len(stock.tokens):
+        c.first_free_mismatch = n
+    failures = []
+    if c.max_abs_diff > atol:
+        failures.append(f"max |dlogit| {c.max_abs_diff:.4f} > {atol}")
+    if c.unexplained:
+        failures.append(f"flips beyond 2 x atol: {c.unexplained}")
+    if c.first_free_mismatch is not None and c.first_free_mismatch not in {i for i, _ in c.flips}:
+        failures.append(f"free run differs from stock at step {c.first_free_mismatch}, not a flip step")
+    return c, failures

@@ -19,13 +19,13 @@ def _child(queue, path, kwargs, probe):
     import os
 
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from kog_backend.path import support
+    from kog_backend.path.gate import environment
 
     if probe == "gpu":
-        support.gpu_reason = lambda *a, **k: FAKE_GPU
+        environment.gpu_reason = lambda *a, **k: FAKE_GPU
     elif probe == "vllm_version":
-        real = support.vllm_version_reason
-        support.vllm_version_reason = lambda version=None: real("0.27.0")
+        real = environment.vllm_version_reason
+        environment.vllm_version_reason = lambda version=None: real("0.27.0")
     from vllm import LLM, SamplingParams
 
     llm = LLM(model=path, **kwargs)
@@ -71,7 +71,7 @@ def _write_hf(tmp_path, cls_name, **cfg):
 @pytest.mark.parametrize(
     "cls_name,cfg,expect",
     [
-        ("Qwen2ForCausalLM", {}, "architecture ['Qwen2ForCausalLM'] is not supported"),
+        ("GemmaForCausalLM", {}, "architectures ['GemmaForCausalLM'] is not supported"),
         ("LlamaForCausalLM", {"head_dim": 32}, "head_dim 32"),
     ],
 )

@@ -57,6 +57,11 @@ class KogConfig:
     # (integration_tests/test_tp_monokernel_gpu.py), not yet on several GPUs, hence off by default; off, TP > 1 is
     # served stock.
     tp_monokernel: bool = False
+    # Tensor parallelism > 1: the platform's communicator hook hands vLLM KogCommunicator (kog_backend/collective/),
+    # which takes the all-reduces of single-request steps at decode sizes (dispatch.py's thresholds) and leaves the
+    # rest to vLLM's chain (custom all-reduce, symmetric memory, NCCL). Tested on one GPU under MPS
+    # (integration_tests/test_collective_gpu.py), not yet measured against NCCL on several GPUs, hence off by default.
+    collective: bool = False
     # Where workers write their fallback counters for `kog stats` ("" = $KOG_STATE_DIR or /tmp/kog_backend).
     state_dir: str = ""
     # Fault injection, for the fault tests only (integration_tests/test_fault_*.py; off in production): the

@@ -1,7 +1,8 @@
 """kog_backend._C (the abi3 extension) as torch.ops.kog, loaded once with torch.ops.load_library.
 
-`load_reason()` is None when the extension is loaded and its version matches this package, else a reason string
-(not built, fails to load, stale build); `ops()` returns torch.ops.kog or raises RuntimeError with that reason.
+`load_reason()` is None when the extension is loaded and its version matches this package, else the gate's reason
+(kog_backend.path.gate.extension: not built, fails to load, stale build); `ops()` returns torch.ops.kog or raises
+RuntimeError with that reason.
 
 The test-only extension kog_backend._C_test (csrc/testing/: launchers of device building blocks and of fault
 injection) is torch.ops.kog_test, through `kog_test_load_reason()` and `kog_test_ops()` alike. Only the GPU tests
@@ -38,24 +39,24 @@ def kog_test_extension_path() -> str | None:
 
 
 def _load_library(name: str, namespace, path: str | None) -> str | None:
-    """Loads `path` unless `namespace` (torch.ops.<ns>) already has its version op; then checks that version."""
+    """Loads `path` unless `namespace` (torch.ops.<ns>) already has its version op; then checks that version. The
+    reasons are the gate's (kog_backend.path.gate.extension)."""
     import torch
+
+    from kog_backend.path.gate import extension
 
     if not hasattr(namespace, "version"):
         if path is None:
-            return f"kog_backend.{name} is not built (python setup.py build_ext --inplace)"
+            return extension.not_built_reason(path, name)
         try:
             torch.ops.load_library(path)  # loading the same file twice is a no-op
         except (OSError, RuntimeError) as e:
-            return f"kog_backend.{name} at {path} failed to load: {e}"
+            return extension.load_failed_reason(path, e, name)
     try:
         version = int(namespace.version())
     except (AttributeError, RuntimeError) as e:
-        return f"kog_backend.{name} has no usable version op: {e}"
-    if version != EXPECTED_VERSION:
-        return (f"kog_backend.{name} is version {version}, this package expects {EXPECTED_VERSION} "
-                "(rebuild the extension)")
-    return None
+        return extension.version_op_reason(e, name)
+    return extension.version_reason(version, EXPECTED_VERSION, name)
 
 
 def _load() -> str | None:

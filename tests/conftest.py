@@ -17,7 +17,7 @@ def gpu_skip_reason() -> str | None:
         import torch  # noqa: F401
     except ImportError:
         return "torch is not installed"
-    from kog_backend.path.support import gpu_reason
+    from kog_backend.path.gate import gpu_reason
 
     return gpu_reason()
 

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import random
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -18,6 +19,7 @@ from kog_backend.tools.bench.table import format_table, markdown_table
 from kog_backend.tools.commands import bench as bench_cmd
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+REPORT_DATE = datetime(2026, 12, 2, 12, tzinfo=timezone.utc)  # fake_report's run
 
 
 def _row(impl: str, tok_s: float, rng: random.Random, **kw) -> RunResult:
@@ -46,7 +48,7 @@ def fake_report(seed: int = 0) -> BenchReport:
         rows=[_row("stock", 466.0, rng), RunResult(impl="kog", ok=False, error="RuntimeError: launch failed")],
     )
     return BenchReport(
-        kind="offline", date="2026-12-02T12:00:00+00:00", commit="abc123def456", kog_version="0.1.0",
+        kind="offline", date=REPORT_DATE.isoformat(), commit="abc123def456", kog_version="0.1.0",
         host={"gpu": "NVIDIA H200", "gpu_count": 1, "driver": "580.159.03", "torch": "2.11.0+cu130", "vllm": "0.26.0"},
         settings={"prompt_len": 32, "new_tokens": 512, "tokens_per_step": 8, "temperature": 0.0, "tp": 1, "reps": 3,
                   "warmup": 1, "stat": "best"},
@@ -160,7 +162,7 @@ def test_chart_png(tmp_path):
 def test_chart_png_without_results(tmp_path):
     from kog_backend.tools.bench.chart import write_chart
 
-    empty = BenchReport(kind="offline", date="2026-12-02", commit="x")
+    empty = BenchReport(kind="offline", date=REPORT_DATE.date().isoformat(), commit="x")
     write_chart(empty, str(tmp_path / "empty.png"))
     assert os.path.getsize(tmp_path / "empty.png") > 1000
 
@@ -407,7 +409,7 @@ def test_render_performance(tmp_path):
 
     render = _render_module()
     old, new = fake_report(seed=1), fake_report(seed=2)
-    old.date, old.commit = "2026-11-30T10:00:00+00:00", "0ld0ld0ld0ld"
+    old.date, old.commit = (REPORT_DATE - timedelta(days=2)).isoformat(), "0ld0ld0ld0ld"
     new.models[0].rows[1].warnings.append("only 90% of decoded tokens ran on the kog path")
     paths = []
     for name, rep in (("a", old), ("b", new)):
@@ -423,7 +425,7 @@ def test_render_performance(tmp_path):
     assert out.read_text() == text
     # newest run first, with date, GPU and commit in its heading
     assert text.index("commit `abc123def456`") < text.index("commit `0ld0ld0ld0ld`")
-    assert "2026-12-02 12:00 UTC, NVIDIA H200" in text
+    assert f"{REPORT_DATE:%Y-%m-%d %H:%M} UTC, NVIDIA H200" in text
     # the summary holds the newest figure per model
     m = new.models[0]
     summary_line = next(l for l in text.splitlines() if l.startswith("| llama-3.2-1b |"))
@@ -439,7 +441,7 @@ def test_render_summary_needs_both_sides_and_shows_options(tmp_path):
     render = _render_module()
     both, kog_only = fake_report(seed=3), fake_report(seed=4)
     both.settings["kog_options"] = {"step_impl": "monokernel", "run_ahead": True}
-    kog_only.date = "2026-12-09T12:00:00+00:00"  # newer, but no stock row
+    kog_only.date = (REPORT_DATE + timedelta(days=7)).isoformat()  # newer, but no stock row
     for m in kog_only.models:
         m.rows = [r for r in m.rows if r.impl == "kog"]
     paths = []

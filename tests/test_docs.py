@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import json
 import os
 import re
 import shlex
 
 import pytest
 
-from kog_backend.path import eligibility
+from kog_backend.path import gate
 from kog_backend.tools.cli import build_parser
 from kog_backend.config import KogConfig
 
@@ -75,13 +76,75 @@ def test_files_named_in_docs_exist():
     assert missing == []
 
 
+def _table_rows(text: str, heading: str, first_column: str) -> dict[str, list[str]]:
+    """Rows of the first table under `heading` whose header starts with `first_column`, keyed by that column."""
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    block = next(b for b in section.split("\n\n") if b.startswith(f"| {first_column} |"))
+    rows = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in block.splitlines()[2:]]
+    return {r[0].strip("`"): r[1:] for r in rows}
+
+
 def test_operator_guide_lists_every_option_and_reason():
     guide = open(os.path.join(ROOT, "docs", "operator-guide.md")).read()
     for f in dataclasses.fields(KogConfig):
         assert f"`{f.name}`" in guide, f.name
-    for reason in [*eligibility.REQUEST_FEATURES.values(), *eligibility.SERVER_FEATURES.values(),
-                   *eligibility.KOG_PATH_FEATURES, *eligibility.BURST_REASONS.values()]:
+    for reason in [*gate.REQUEST_FEATURES.values(), *gate.SERVER_FEATURES.values(),
+                   *gate.KOG_PATH_FEATURES, *gate.BURST_REASONS.values()]:
         assert reason in guide, reason
+
+
+def test_options_table_is_every_option_with_its_default():
+    """The operator guide's options table has one row per KogConfig field, in the code's default (as JSON)."""
+    rows = _table_rows(open(os.path.join(ROOT, "docs", "operator-guide.md")).read(), "## Options", "key")
+    defaults = {f.name: f"`{json.dumps(f.default)}`" for f in dataclasses.fields(KogConfig)}
+    assert sorted(rows) == sorted(defaults)
+    assert {k: v[0] for k, v in rows.items()} == defaults
+
+
+def test_flags_table_is_every_flag_kog_adds():
+    import argparse
+
+    from kog_backend.engine.cli_args import add_backend_arguments
+
+    parser = argparse.ArgumentParser()
+    add_backend_arguments(parser)
+    flags = {o for a in parser._actions for o in a.option_strings if o.startswith("--") and o != "--help"}
+    rows = _table_rows(open(os.path.join(ROOT, "docs", "operator-guide.md")).read(), "## Options",
+                       "flag or variable")
+    assert flags and flags <= set(rows), flags - set(rows)
+
+
+def test_reasons_page_is_the_gate_catalogue():
+    """docs/reasons.md is generated from the gate: a reason added, removed or reworded must be regenerated with
+    python -c 'from kog_backend.tools.doctor.features import reasons_markdown as r; print(r(), end="")' > docs/reasons.md"""
+    from kog_backend.tools.doctor.features import reasons_markdown
+
+    assert open(os.path.join(ROOT, "docs", "reasons.md")).read() == reasons_markdown()
+
+
+# Claims of identical outputs that the evidence (teacher forcing: logits within a bound, flips at bf16 near-ties)
+# does not make.
+IDENTITY_CLAIMS = (r"same outputs", r"(?<!not )(?<!not bit-)identical to stock", r"greedy (tokens|outputs) (are|is) the same",
+                   r"same (greedy )?tokens as stock", r"and outputs\b")
+
+
+def test_no_page_claims_outputs_identical_to_stock():
+    found = [f"{os.path.basename(p)}: {m.group(0)!r}" for p in DOCS for claim in IDENTITY_CLAIMS
+             for m in re.finditer(claim, open(p).read(), flags=re.I)]
+    assert found == []
+
+
+def test_architecture_page_follows_the_layout():
+    """docs/architecture.md names every package of kog_backend, every level of the gate and every csrc source."""
+    page = open(os.path.join(ROOT, "docs", "architecture.md")).read()
+    layout = page.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    pkg = os.path.join(ROOT, "kog_backend")
+    packages = [d for d in os.listdir(pkg) if os.path.exists(os.path.join(pkg, d, "__init__.py"))]
+    assert len(packages) >= 6
+    missing = [f"{d}/" for d in packages if f"{d}/" not in layout]
+    missing += [lv for lv in gate.LEVELS if lv not in layout]
+    missing += [f for f in os.listdir(os.path.join(ROOT, "csrc")) if f.endswith((".cu", ".cpp")) and f not in layout]
+    assert missing == []
 
 
 def test_run_docs_commands_script_covers_the_guide():

@@ -287,3 +287,15 @@ def test_model_refusal_prints_the_gates_reason(capsys, tmp_path):
     assert code == 1 and "[FAIL] memory on h100" in out and "does not fit" in out
     code, out = _doctor(capsys, "--model", "no-such/model")
     assert code == 2 and "known:" in out
+
+
+def test_reasons_lists_the_gate_catalogue(capsys):
+    """`kog doctor --reasons`: every reason the gate can return, by level; exit status 0 whatever the machine."""
+    from kog_backend.path import gate
+
+    code, out = _doctor(capsys, "--reasons")
+    assert code == 0 and "gate level step:" in out and "  - prefill" in out
+    assert out.count("\n  - ") + out.startswith("  - ") == len(gate.catalogue())
+    code, out = _doctor(capsys, "--reasons", "--json")
+    data = json.loads(out)
+    assert code == 0 and sum(len(v) for v in data.values()) == len(gate.catalogue())

@@ -1,4 +1,5 @@
-"""The eligibility gate on vLLM's own SchedulerOutput, SamplingParams and config objects: every reason has a case."""
+"""The gate's request, step and server levels through eligibility's names (re-exports of kog_backend.path.gate),
+on vLLM's own SchedulerOutput, SamplingParams and config objects: every reason has a case."""
 
 from __future__ import annotations
 

@@ -209,8 +209,9 @@ def test_kog_platform_is_a_thin_subclass_of_vllm_cuda_platform(monkeypatch, requ
     stand_in = sys.modules["vllm.platforms.cuda"].CudaPlatform
     assert cls.__bases__ == (stand_in,)
     own = {k for k in vars(cls) if not (k.startswith("__") and k.endswith("__"))}
-    # The flags, and stock scheduling put back where kog will not run (kog_backend/engine/scheduling.py).
-    assert own == {"pre_register_and_update", "check_and_update_config"}
+    # The flags, stock scheduling put back where kog will not run (kog_backend/engine/scheduling.py), and kog's
+    # communicator where the `collective` option asks for it (tests/test_communicator_hook.py).
+    assert own == {"pre_register_and_update", "check_and_update_config", "get_device_communicator_cls"}
     assert plugin.PLATFORM_QUALNAME == f"{cls.__module__}.{cls.__qualname__}"
 
 

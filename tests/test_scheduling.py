@@ -12,6 +12,7 @@ import torch
 from kog_backend import ops
 from kog_backend.config import SCHEDULER_CLS
 from kog_backend.engine import cli_args, scheduling
+from kog_backend.path import gate
 
 
 def _config(arch="LlamaForCausalLM", tp=1, kog=None, quantization=None, dtype=torch.bfloat16):
@@ -37,20 +38,23 @@ def _no_forced(monkeypatch):
     "kwargs, expect",
     [
         ({}, None),
-        ({"arch": "GPT2LMHeadModel"}, "architecture ['GPT2LMHeadModel'] is not supported"),
-        ({"quantization": "fp8"}, "quantised weights (fp8)"),
-        ({"dtype": torch.float16}, "model dtype"),
-        ({"tp": 2}, "tensor parallelism without the tp_monokernel option"),
+        ({"arch": "GPT2LMHeadModel"}, "architectures ['GPT2LMHeadModel'] is not supported"),
+        ({"arch": "Qwen2ForCausalLM"}, None),
+        ({"quantization": "fp8"}, "quantization_config fp8: quantised weights"),
+        ({"dtype": torch.float16}, "model dtype is not bf16 (torch.float16)"),
+        ({"tp": 2}, "monokernel: tensor parallelism 2: the TP monokernel is off (kog option tp_monokernel"),
         ({"tp": 2, "kog": {"tp_monokernel": True}}, None),
-        ({"kog": {"enabled": False}}, "kog is off"),
+        ({"kog": {"enabled": False}}, "disabled by configuration (--backend stock / kog.enabled=false)"),
     ],
 )
 def test_start_reason(kwargs, expect):
+    """The gate's own reasons (kog_backend.path.gate), the same strings the worker counts."""
     reason = scheduling.start_reason(_config(**kwargs))
     if expect is None:
         assert reason is None
     else:
         assert reason is not None and expect in reason, reason
+        assert gate.reason_key(reason) is not None, reason
 
 
 def test_extension_missing_is_a_start_reason(monkeypatch):

@@ -1,6 +1,6 @@
 """KogModelRunner: vLLM 0.26's V2 GPU model runner with a kog path for single-request decode steps.
 
-Every step goes through `eligibility.step_unsupported_reason`. Ineligible steps (batches, prefills, requests
+Every step goes through the gate's `step_unsupported_reason`. Ineligible steps (batches, prefills, requests
 that ask for something the kog path does not do) run the stock `execute_model` unchanged. An eligible step runs
 the stock bookkeeping (request states, block tables, `prepare_inputs`, `prepare_attn`: the same GPU buffers the
 stock path fills), then the kog step, which reads vLLM's weights and writes this position's K/V into vLLM's paged
@@ -29,12 +29,15 @@ from vllm.v1.worker.gpu.model_runner import ExecuteModelState
 from vllm.v1.worker.gpu.model_runner import GPUModelRunner as GPUModelRunnerV2
 from vllm.v1.worker.gpu.sample.output import SamplerOutput
 
-from kog_backend.path import eligibility, model_spec
+from kog_backend.path import gate, model_spec
 
 from kog_backend.reference import torch_step
 from kog_backend.config import KogConfig
 from kog_backend.path.counters import StepCounters, state_dir
-from kog_backend.path.eligibility import BURST_REASONS, BurstSampling
+from kog_backend.path.burst_sampling import BurstSampling, burst_sampling
+from kog_backend.path.gate import kv_cache as kv_gate
+from kog_backend.path.gate import monokernel as mk_gate
+from kog_backend.path.gate.step import MAX_TESTED_CONTEXT
 from kog_backend.path.run_ahead import BurstKey, PlannedLaunch, RunAhead, blocks_needed, next_burst_key
 from kog_backend.path.step_timeline import StepTimeline
 
@@ -95,9 +98,15 @@ class KogModelRunner(GPUModelRunnerV2):
         self._kog_launches = 0  # monokernel launches issued on time (not run ahead), for the inject_fault option
         self._kog_k1_count: torch.Tensor | None = None  # int32 [1]: a K = 1 launch's token count, 0 if it aborted
         self._kog_hold_release: torch.Tensor | None = None  # inject_fault=hold_sms: the holding kernel's release word
-        reason = eligibility.server_unsupported_reason(vllm_config)
+        reason = gate.server_unsupported_reason(vllm_config)
         if reason is not None:
             self._kog_disable(reason)
+
+    @property
+    def _kog_max_len(self) -> int:
+        """The max_model_len a burst is capped by (burst_length): vLLM's, or one past the tested context range, so
+        that no burst computes a position whose context exceeds MAX_TESTED_CONTEXT."""
+        return min(self.max_model_len, MAX_TESTED_CONTEXT + 1)
 
     # ---- set-up --------------------------------------------------------------------------------------------
 
@@ -112,11 +121,7 @@ class KogModelRunner(GPUModelRunnerV2):
             cls = sc.get_scheduler_cls()
         except Exception:  # an unimportable scheduler is vLLM's error to report
             cls = None
-        problem = None
-        if not (isinstance(cls, type) and issubclass(cls, KogScheduler)):
-            problem = "the scheduler is not kog_backend.engine.scheduler.KogScheduler (pass --scheduler-cls or use --backend kog)"
-        elif sc.async_scheduling:
-            problem = "async scheduling is on"
+        problem = gate.scheduling_reason(isinstance(cls, type) and issubclass(cls, KogScheduler), sc.async_scheduling)
         if problem is not None:
             if "tokens_per_step" in KogConfig.given_keys(vllm_config):
                 logger.warning("kog: tokens_per_step=%d needs its scheduler; running 1 token per step: %s", k, problem)
@@ -152,21 +157,20 @@ class KogModelRunner(GPUModelRunnerV2):
         super().initialize_kv_cache(kv_cache_config)
         if self.kog_disabled_reason is not None:
             return
-        if len(self.kv_cache_config.kv_cache_groups) != 1:
-            self._kog_disable("several KV-cache groups (hybrid or sliding-window attention)")
+        reason = kv_gate.groups_reason(len(self.kv_cache_config.kv_cache_groups))
+        if reason is not None:
+            self._kog_disable(reason)
             return
         caches = []
         for layer in self.model.model.layers:
             cache = getattr(layer.self_attn.attn, "kv_cache", None)
             if isinstance(cache, (list, tuple)):
                 cache = cache[0]
-            if not isinstance(cache, torch.Tensor) or cache.dtype != torch.bfloat16:
-                self._kog_disable(f"KV cache of layer {len(caches)} is not a bf16 tensor")
-                return
-            try:
-                model_spec.kv_cache_view(cache, self._kog_weights.shape.head_dim)
-            except model_spec.UnsupportedModel as e:
-                self._kog_disable(str(e))
+            reason = kv_gate.layer_reason(len(caches), cache) or kv_gate.layout_reason(
+                cache, self._kog_weights.shape.head_dim
+            )
+            if reason is not None:
+                self._kog_disable(reason)
                 return
             caches.append(cache)
         self._kog_kv_caches = caches
@@ -181,6 +185,11 @@ class KogModelRunner(GPUModelRunnerV2):
             self._kog_tokens_per_step,
             ", bursts run ahead" if self._kog_run_ahead is not None else "",
         )
+        if self.max_model_len > MAX_TESTED_CONTEXT:
+            logger.info(
+                "kog: max_model_len %d: steps at contexts beyond %d positions (the kog path's tested range) run stock",
+                self.max_model_len, MAX_TESTED_CONTEXT,
+            )  # fmt: skip
 
     def _kog_select_impl(self) -> str | None:
         """'torch' or 'monokernel'. `auto` and `monokernel` select the monokernel and turn kog off, with the
@@ -199,7 +208,7 @@ class KogModelRunner(GPUModelRunnerV2):
                 return self._kog_select_tp_monokernel()
             reason = unsupported_reason(self._kog_weights, self._kog_kv_caches, self.device)
         if reason is not None:
-            self._kog_disable(f"monokernel: {reason}")
+            self._kog_disable(mk_gate.refused(reason))
             return None
         try:
             self._kog_mk = Monokernel(
@@ -207,7 +216,7 @@ class KogModelRunner(GPUModelRunnerV2):
                 max_tokens_per_launch=self._kog_tokens_per_step,
             )
         except (ValueError, RuntimeError) as e:
-            self._kog_disable(f"monokernel set-up failed: {e}")
+            self._kog_disable(mk_gate.setup_failed(e))
             return None
         vocab = self.model_config.get_vocab_size()
         self._kog_mk_logits = torch.empty(1, vocab, dtype=torch.bfloat16, device=self.device)
@@ -221,11 +230,9 @@ class KogModelRunner(GPUModelRunnerV2):
         the tp_monokernel option is on. Its K = 1 logits are this rank's vocabulary rows, gathered for vLLM's
         sampler."""
         s = self._kog_weights.shape
-        if not self.kog_config.tp_monokernel:
-            self._kog_disable(
-                f"monokernel: tensor parallelism {s.tp_size}: the TP monokernel is off (kog option tp_monokernel; "
-                "verified with ranks sharing one GPU, not yet on several GPUs)"
-            )
+        reason = mk_gate.tp_option_reason(s.tp_size, self.kog_config.tp_monokernel)
+        if reason is not None:
+            self._kog_disable(mk_gate.refused(reason))
             return None
         from vllm.distributed import get_tp_group, tensor_model_parallel_all_gather
 
@@ -236,7 +243,7 @@ class KogModelRunner(GPUModelRunnerV2):
             get_tp_group().cpu_group, lambda t: tensor_model_parallel_all_gather(t, dim=0),
         )  # fmt: skip
         if mk is None:
-            self._kog_disable(f"TP monokernel: {reason}")
+            self._kog_disable(mk_gate.refused(reason, tp=True))
             return None
         self._kog_mk = mk
         vocab = self.model_config.get_vocab_size()
@@ -253,9 +260,9 @@ class KogModelRunner(GPUModelRunnerV2):
         for new in scheduler_output.scheduled_new_reqs:
             sp = new.sampling_params
             self._kog_requests[new.req_id] = _KogRequest(
-                reason=eligibility.request_unsupported_reason(sp, new.lora_request, new.pooling_params),
-                single_token=eligibility.request_single_token_reason(sp),
-                sampling=eligibility.burst_sampling(sp, self.model_config.get_vocab_size()),
+                reason=gate.request_unsupported_reason(sp, new.lora_request, new.pooling_params),
+                single_token=gate.request_single_token_reason(sp),
+                sampling=burst_sampling(sp, self.model_config.get_vocab_size()),
                 prompt_len=len(new.prompt_token_ids or ()),
                 max_tokens=(sp.max_tokens if sp is not None and sp.max_tokens is not None else 1),
                 stop_ids=_stop_ids(sp),
@@ -276,8 +283,10 @@ class KogModelRunner(GPUModelRunnerV2):
         if self.kog_disabled_reason is not None:
             return self.kog_disabled_reason
         requests = self._kog_requests
-        reasons = {rid: requests[rid].reason for rid in scheduler_output.num_scheduled_tokens if rid in requests}
-        return eligibility.step_unsupported_reason(scheduler_output, reasons)
+        scheduled = [rid for rid in scheduler_output.num_scheduled_tokens if rid in requests]
+        reasons = {rid: requests[rid].reason for rid in scheduled}
+        prompt_lens = {rid: requests[rid].prompt_len for rid in scheduled}
+        return gate.step_unsupported_reason(scheduler_output, reasons, prompt_lens=prompt_lens)
 
     @torch.inference_mode()
     def execute_model(
@@ -326,7 +335,7 @@ class KogModelRunner(GPUModelRunnerV2):
             single = self._kog_burst_reason(request)
             if single is None:
                 k = burst_length(
-                    self._kog_tokens_per_step, position, request.prompt_len, request.max_tokens, self.max_model_len
+                    self._kog_tokens_per_step, position, request.prompt_len, request.max_tokens, self._kog_max_len
                 )
             else:
                 self.kog_counters.record_single_token(single)
@@ -382,7 +391,7 @@ class KogModelRunner(GPUModelRunnerV2):
         except RuntimeError as e:  # the diagnostic must not take the server down
             detail = f"abort word {word} (diagnostics unavailable: {e})"
         self.kog_counters.record_launch_abort()
-        self._kog_disable(f"kernel abort: {detail}")
+        self._kog_disable(mk_gate.kernel_abort(detail))
         mk.reset_counters()  # a later kernel (tests, a future re-enable) starts from a clean state
         self._kog_mk, self._kog_burst, self._kog_logits_pending, self._kog_run_ahead = None, None, False, None
 
@@ -418,29 +427,13 @@ class KogModelRunner(GPUModelRunnerV2):
         return None
 
     def _kog_burst_reason(self, request: _KogRequest) -> str | None:
-        """None when this request's kog step may generate K tokens, else why it runs one (eligibility.BURST_REASONS).
-        Plain greedy requests always may; a sampled or penalised one on the monokernel, with the sampled_bursts
-        option on, vLLM's fp32 Gumbel noise, and (for top-k / top-p / min-p, penalties) a kernel that can apply them
-        (one GPU, shared memory); none whose sampler state the burst does not reproduce (logit bias, ...)."""
-        if request.single_token is not None:
-            return request.single_token
-        if request.sampling is None:
-            return None
-        if not self.kog_config.sampled_bursts:
-            return BURST_REASONS["option"]
-        if self._kog_mk is None:
-            return BURST_REASONS["no_monokernel"]
-        if getattr(self.sampler, "use_fp64_gumbel", False):
-            return BURST_REASONS["fp64_gumbel"]
-        if request.sampling.filtered:
-            reason = self._kog_mk.filtered_sampling_reason
-            if reason is not None:
-                return f"{BURST_REASONS['filters']}: {reason}"
-        if request.sampling.penalized:
-            reason = self._kog_mk.penalty_reason
-            if reason is not None:
-                return f"{BURST_REASONS['penalties']}: {reason}"
-        return None
+        """None when this request's kog step may generate K tokens, else why it runs one (the gate's
+        burst_reason: the request's own single-token reason, the sampled_bursts option, the monokernel, vLLM's
+        Gumbel noise, what the kernel can apply)."""
+        return gate.burst_reason(
+            request.single_token, request.sampling, sampled_bursts=self.kog_config.sampled_bursts,
+            monokernel=self._kog_mk, fp64_gumbel=bool(getattr(self.sampler, "use_fp64_gumbel", False)),
+        )  # fmt: skip
 
     def _kog_torch_burst(
         self, input_batch: Any, block_table: torch.Tensor, slot: torch.Tensor, k: int
@@ -478,7 +471,7 @@ class KogModelRunner(GPUModelRunnerV2):
                 # The peers' kernels are waiting for this rank's partials: falling back alone would desynchronise
                 # the group (their kernels time out, the torch step's all-reduce waits forever). Fail visibly.
                 raise
-            self._kog_disable(f"monokernel launch failed: {e}")
+            self._kog_disable(mk_gate.launch_failed(e))
             self._kog_abandon_run_ahead()
             self._kog_mk, self._kog_burst, self._kog_logits_pending, self._kog_run_ahead = None, None, False, None
             return None, 1
@@ -588,7 +581,7 @@ class KogModelRunner(GPUModelRunnerV2):
         k = key.num_tokens
         nxt = next_burst_key(
             key, burst_length(self._kog_tokens_per_step, key.position + k, request.prompt_len, request.max_tokens,
-                              self.max_model_len),
+                              self._kog_max_len),
         )  # fmt: skip
         if nxt is None:
             return

@@ -2,8 +2,8 @@
 
 `--backend kog` selects KogScheduler and synchronous scheduling when the command line is parsed
 (cli_args._select_scheduler), before any config exists. When vLLM then builds the engine's config, kog's platform
-(KogCudaPlatform.check_and_update_config, in the API server process, before the engine starts) asks the start
-gate whether kog can run on this server at all (`start_reason`: the server features, vLLM version, GPU, model
+(KogCudaPlatform.check_and_update_config, in the API server process, before the engine starts) asks the gate
+whether kog can run on this server at all (`start_reason`: the server features, vLLM version, GPU, model
 architecture, quantisation, extension); if not, it puts back the scheduler and async-scheduling setting the user
 had (None: vLLM's own default, async scheduling on where vLLM's rule allows), so the server runs exactly as stock.
 
@@ -30,45 +30,10 @@ def record_forced(scheduler_cls: Any, async_scheduling: Any) -> None:
 
 def start_reason(vllm_config: Any) -> str | None:
     """Why kog will turn itself off for this server whatever its requests are, as far as the config tells before
-    the engine starts, or None. The worker checks the same and more (runner.KogModelRunner)."""
-    from kog_backend.path import eligibility, support
-    from kog_backend.path.model_spec import SUPPORTED_ARCHS
+    the engine starts, or None: the gate's start reason (kog_backend.path.gate.server.start_reason)."""
+    from kog_backend.path import gate
 
-    cfg = KogConfig.from_vllm_config(vllm_config)
-    if not cfg.enabled:
-        return "kog is off (--backend stock)"
-    reason = eligibility.server_unsupported_reason(vllm_config) or support.vllm_version_reason()
-    if reason is not None:
-        return reason
-    try:
-        from vllm.platforms import current_platform
-
-        cap = current_platform.get_device_capability()
-        if cap is not None:
-            reason = support.gpu_reason((cap.major, cap.minor), current_platform.get_device_name())
-    except Exception:  # noqa: BLE001 (no device to ask here: the worker decides)
-        reason = None
-    if reason is not None:
-        return reason
-    mc = vllm_config.model_config
-    hf = mc.hf_config
-    archs = list(getattr(hf, "architectures", None) or [])
-    if not archs or archs[0] not in SUPPORTED_ARCHS:
-        return f"architecture {archs} is not supported (llama, qwen3 dense only)"
-    window = getattr(hf, "sliding_window", None)
-    if window and getattr(hf, "use_sliding_window", True):
-        return f"sliding-window attention (window {window}) is not supported"
-    if mc.quantization:
-        return f"quantised weights ({mc.quantization})"
-    if cfg.step_impl != "torch":
-        from kog_backend import ops
-
-        reason = ops.load_reason()
-        if reason is not None:
-            return f"monokernel: {reason}"
-        if vllm_config.parallel_config.tensor_parallel_size > 1 and not cfg.tp_monokernel:
-            return "monokernel: tensor parallelism without the tp_monokernel option"
-    return None
+    return gate.start_reason(vllm_config, KogConfig.from_vllm_config(vllm_config))
 
 
 def restore_stock_scheduling(vllm_config: Any, supports_async: bool | None = None) -> str | None:

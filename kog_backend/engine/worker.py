@@ -12,7 +12,7 @@ from typing import Any
 from vllm.logger import init_logger
 from vllm.v1.worker.gpu_worker import Worker
 
-from kog_backend.path import support
+from kog_backend.path import gate
 from kog_backend.config import KogConfig
 
 logger = init_logger("kog_backend.engine.worker")
@@ -35,11 +35,7 @@ class KogWorker(Worker):
         self.model_runner = KogModelRunner(self.vllm_config, self.device)
 
     def _kog_unavailable_reason(self) -> str | None:
-        if not self.kog_config.enabled:
-            return "disabled by configuration (--backend stock / kog.enabled=false)"
-        if not self.use_v2_model_runner:
-            return "vLLM chose its V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0, a logits-processor plugin, or a feature V2 lacks)"
-        return support.environment_reason()
+        return gate.worker_reason(self.kog_config.enabled, self.use_v2_model_runner)
 
     def kog_stats(self) -> dict[str, Any]:
         """Counters of this worker (for `LLM.collective_rpc("kog_stats")`)."""

@@ -1,5 +1,6 @@
-"""Host side of the monokernel: the eligibility check, and `Monokernel`, which builds the argument table once from
-vLLM's own tensors (no weight is copied or repacked) and launches one step per call.
+"""Host side of the monokernel: `Monokernel`, which builds the argument table once from
+vLLM's own tensors (no weight is copied or repacked) and launches one step per call. Whether it can run a model
+is the gate's decision (kog_backend.path.gate.monokernel.unsupported_reason, re-exported here).
 
 Scratch per layer (bf16 unless noted; kept per layer so every stage is checkable on its own):
   qkv_out [(nh + 2 nkv) D], q_out [nh D], attn_out [nh D], o_out [H], rmid [H], act [I], down_out [H],
@@ -14,132 +15,18 @@ import math
 import torch
 
 from kog_backend import ops as kog_ops
-from kog_backend.path.model_spec import SUPPORTED_HEAD_DIMS, DecoderWeights
 from kog_backend.monokernel import layout
 from kog_backend.monokernel.plan import Plan, lm_rows, make_plan
-from kog_backend.monokernel.tp import tp_buffer_layout, tp_unsupported_reason
+from kog_backend.monokernel.tp import tp_buffer_layout
+from kog_backend.path.gate import monokernel as gate
+from kog_backend.path.gate.monokernel import unsupported_reason
+from kog_backend.path.model_spec import DecoderWeights
 
-REQUIRED_CAPABILITY = (9, 0)
 _BF16_FIELDS = ("qkv_out", "q_out", "attn_out", "o_out", "rmid", "act", "down_out", "rin_next")
-
-
-def _tensor_reason(name: str, t: torch.Tensor | None, shape: tuple[int, ...], device: torch.device) -> str | None:
-    if t is None:
-        return f"{name} is missing"
-    if t.dtype != torch.bfloat16:
-        return f"{name} is {t.dtype}, not bf16"
-    if t.device != device:
-        return f"{name} is on {t.device}, not {device}"
-    if tuple(t.shape) != shape:
-        return f"{name} has shape {tuple(t.shape)}, expected {shape}"
-    if not t.is_contiguous():
-        return f"{name} is not contiguous"
-    if t.data_ptr() % 16:
-        return f"{name} is not 16-byte aligned"
-    return None
-
-
-def _kv_reason(i: int, kv: torch.Tensor, s, device: torch.device, ref: torch.Tensor | None) -> str | None:
-    if kv.dtype != torch.bfloat16:
-        return f"KV cache of layer {i} is {kv.dtype}; the kernel reads the model's dtype (bf16) only"
-    if kv.device != device:
-        return f"KV cache of layer {i} is on {kv.device}, not {device}"
-    if kv.dim() != 4 or kv.shape[1] != s.num_kv_heads or kv.shape[3] != 2 * s.head_dim:
-        return f"KV cache of layer {i} has shape {tuple(kv.shape)}, expected [blocks, {s.num_kv_heads}, block, {2 * s.head_dim}]"
-    if kv.stride(3) != 1 or any(kv.stride(d) % 8 for d in range(3)) or kv.data_ptr() % 16:
-        return f"KV cache of layer {i} (strides {kv.stride()}) is not 16-byte aligned per head row"
-    if ref is not None and (kv.stride() != ref.stride() or kv.shape != ref.shape):
-        return f"KV cache of layer {i} has strides {kv.stride()}, layer 0 has {ref.stride()} (one set of strides only)"
-    return None
 
 
 def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-def unsupported_reason(
-    weights: DecoderWeights,
-    kv_caches: list[torch.Tensor],
-    device: torch.device | str,
-    sm_count: int | None = None,
-    tp_world: int = 1,
-) -> str | None:
-    """None when the monokernel can run this model on `device`, else why not (the stock path serves it).
-    tp_world: ranks of a tensor-parallel group whose shared buffer the caller provides (1: no group)."""
-    device = torch.device(device)
-    s = weights.shape
-    if device.type != "cuda":
-        return f"device {device} is not a CUDA GPU"
-    if sm_count is None:
-        if not torch.cuda.is_available():
-            return "no CUDA GPU"
-        cap = torch.cuda.get_device_capability(device)
-        if tuple(cap) != REQUIRED_CAPABILITY:
-            return f"compute capability {cap[0]}.{cap[1]}: the monokernel is built for sm_90a (H100/H200) only"
-        sm_count = _sm_count(device)
-    reason = kog_ops.load_reason()
-    if reason is not None:
-        return reason
-    if not kog_ops.has_op("monokernel_step"):
-        return "kog_backend._C has no monokernel_step op (stale build)"
-    reason = layout.extension_mismatch(kog_ops.ops())
-    if reason is not None:
-        return reason
-    if s.arch not in ("llama", "qwen3", "qwen2"):
-        return f"architecture {s.arch} (llama, qwen2 and qwen3 dense only)"
-    if s.qkv_bias != (s.arch == "qwen2"):
-        return f"attention_bias {s.qkv_bias} does not match architecture {s.arch}"
-    if s.tp_size != tp_world:
-        if tp_world == 1:
-            return f"tensor parallelism {s.tp_size} needs the ranks' shared buffer (tp.setup_tp_monokernel)"
-        return f"the weights are sharded {s.tp_size} ways, the group has {tp_world} ranks"
-    reason = tp_unsupported_reason(s, tp_world)
-    if reason is not None:
-        return reason
-    if s.head_dim not in SUPPORTED_HEAD_DIMS:
-        return f"head_dim {s.head_dim} (64 or 128 only)"
-    if s.qk_norm != (s.arch == "qwen3"):
-        return f"qk-norm {s.qk_norm} does not match architecture {s.arch}"
-    if len(weights.layers) != s.num_layers or len(kv_caches) != s.num_layers:
-        return f"{len(weights.layers)} layers / {len(kv_caches)} KV caches for a {s.num_layers}-layer model"
-    plan = make_plan(s, sm_count)
-    if isinstance(plan, str):
-        return plan
-    H, D, I = s.hidden_size, s.head_dim, s.intermediate_size
-    nq = (s.num_heads + 2 * s.num_kv_heads) * D
-    n_lm = lm_rows(s)
-    checks = [
-        ("embed", weights.embed, (weights.embed.shape[0], H)),
-        ("final_norm", weights.final_norm, (H,)),
-        ("lm_head", weights.lm_head, (weights.lm_head.shape[0], H)),
-        ("cos_sin", weights.cos_sin, (weights.cos_sin.shape[0], D)),
-    ]
-    if weights.lm_head.shape[0] < n_lm:
-        return f"lm_head has {weights.lm_head.shape[0]} rows for {n_lm} vocabulary entries"
-    for i, lw in enumerate(weights.layers):
-        checks += [
-            (f"layer {i} input_norm", lw.input_norm, (H,)),
-            (f"layer {i} qkv", lw.qkv, (nq, H)),
-            (f"layer {i} o_proj", lw.o_proj, (H, s.num_heads * D)),
-            (f"layer {i} post_norm", lw.post_norm, (H,)),
-            (f"layer {i} gate_up", lw.gate_up, (2 * I, H)),
-            (f"layer {i} down", lw.down, (H, I)),
-        ]
-        if s.qk_norm:
-            checks += [(f"layer {i} q_norm", lw.q_norm, (D,)), (f"layer {i} k_norm", lw.k_norm, (D,))]
-        if s.qkv_bias:
-            checks += [(f"layer {i} qkv_bias", lw.qkv_bias, (nq,))]
-        elif lw.qkv_bias is not None:
-            return f"layer {i} has a QKV bias that the shape does not declare"
-    for name, t, shp in checks:
-        r = _tensor_reason(name, t, shp, device)
-        if r is not None:
-            return r
-    for i, kv in enumerate(kv_caches):
-        r = _kv_reason(i, kv, s, device, kv_caches[0] if i else None)
-        if r is not None:
-            return r
-    return None
 
 
 class Monokernel:
@@ -169,8 +56,9 @@ class Monokernel:
         if reason is not None:
             raise ValueError(f"monokernel unsupported: {reason}")
         s = weights.shape
-        if max_model_len > weights.cos_sin.shape[0]:
-            raise ValueError(f"max_model_len {max_model_len} exceeds the RoPE cache's {weights.cos_sin.shape[0]} rows")
+        reason = gate.context_reason(max_model_len, weights.cos_sin.shape[0])
+        if reason is not None:
+            raise ValueError(reason)
         self.ops = kog_ops.ops()
         self.shape = s
         self.device = device
@@ -399,17 +287,13 @@ class Monokernel:
 
     @property
     def filtered_sampling_reason(self) -> str | None:
-        """None when launches may draw with top-k / top-p / min-p (burst_sampling.cuh), else why not."""
-        if self.sample_work is None:
-            return "top-k/top-p/min-p bursts: not under tensor parallelism"
-        return self.plan.filtered_sampling_reason
+        """None when launches may draw with top-k / top-p / min-p (burst_sampling.cuh), else the gate's reason."""
+        return gate.filtered_sampling_reason(self.plan, tensor_parallel=self.sample_work is None)
 
     @property
     def penalty_reason(self) -> str | None:
-        """None when launches may apply vLLM's penalties (penalties.cuh), else why not."""
-        if self.burst_counts is None:
-            return "penalties in bursts: not under tensor parallelism"
-        return None
+        """None when launches may apply vLLM's penalties (penalties.cuh), else the gate's reason."""
+        return gate.penalty_reason(tensor_parallel=self.burst_counts is None)
 
     def attention_splits(self, ctx: int, **overrides) -> int:
         """Attention splits per KV head the kernel takes at context length ctx with the default table (or one with
@@ -446,9 +330,9 @@ class Monokernel:
         for sampled in (False, True):
             held = int(self.ops.monokernel_max_grid(self.head_dim, self.plan.heads_per_pass, sampled, tp,
                                                     self.plan.smem_bytes, self.device.index or 0))
-            if held < self.plan.grid:
-                return (f"the device holds {held} blocks of the monokernel at once (occupancy x available SMs), "
-                        f"its grid is {self.plan.grid} (another process or a partition holding SMs?)")
+            reason = gate.residency_reason(held, self.plan.grid)
+            if reason is not None:
+                return reason
         return None
 
     def status_word(self) -> int:

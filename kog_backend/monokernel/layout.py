@@ -184,20 +184,18 @@ BUILD_FLAG_CONSTANTS = ("kTaggedBuild",)
 
 
 def extension_mismatch(kog_ops) -> str | None:
-    """Why the loaded extension (kog_ops: torch.ops.kog) cannot take this module's tables, or None. An extension
-    built from other sources reads the argument table at other offsets, or plans shared memory with other
+    """Why the loaded extension (kog_ops: torch.ops.kog) cannot take this module's tables, or None (the gate's
+    reason, kog_backend.path.gate.extension). An extension built from other sources reads the argument table at other offsets, or plans shared memory with other
     constants: its kernel would produce garbage, so the monokernel must not run (the stock path serves)."""
+    from kog_backend.path.gate import extension
+
     if not hasattr(kog_ops, "monokernel_layout") or not hasattr(kog_ops, "monokernel_config"):
-        return "kog_backend._C has no monokernel_layout / monokernel_config op (stale build): rebuild it"
+        return extension.mismatch_reason(False, False, [], 0, len(CONFIG))
     if list(kog_ops.monokernel_layout()) != expected_layout():
-        return ("kog_backend._C was built from other sources (its argument-table layout differs from this "
-                "package's): rebuild it (./scripts/setup.sh, or pip install -e .)")
+        return extension.mismatch_reason(True, False, [], 0, len(CONFIG))
     got = list(kog_ops.monokernel_config())
     differ = [name for name, g in zip(CONFIG_NAMES, got) if g != CONFIG[name] and name not in BUILD_FLAG_CONSTANTS]
-    if len(got) != len(CONFIG) or differ:
-        what = ", ".join(differ[:4]) if differ else f"{len(got)} constants, {len(CONFIG)} expected"
-        return f"kog_backend._C was built with other kernel constants ({what}): rebuild it"
-    return None
+    return extension.mismatch_reason(True, True, differ, len(got), len(CONFIG))
 
 
 def tp_fields_error(values: Mapping[str, object]) -> str | None:

@@ -5,7 +5,8 @@ rows, or gate/up row pairs), nu (units per chunk: the largest power of two <= kC
 weight slot) and the number of chunks. A unit's row is split over kConsumerWarps / nu warps in 16-byte vectors
 (gemv.cuh), so K needs only to be a multiple of 8. The slot is kSlotBytes unless one unit's row is longer (a down
 row of FFN 17408 and up, or a gate/up pair of hidden 8192): then every slot of the launch is that row rounded up to
-kSlotAlign, and fewer slots fit. Every refusal names the config field that causes it.
+kSlotAlign, and fewer slots fit. Whether a shape fits is the gate's decision (kog_backend.path.gate.tiling):
+make_plan asks it at each step, and every refusal names the config field that causes it.
 """
 
 from __future__ import annotations
@@ -14,10 +15,8 @@ import dataclasses
 import math
 
 from kog_backend.monokernel.layout import CONFIG, STAGE_NAMES, attn_work_floats, sample_smem_bytes
-
-
-# burst_sampling.cuh BurstSamplingConfig::kMaxGrid: blocks whose split-level rows the grid buffer holds.
-SAMPLE_MAX_GRID = 256
+from kog_backend.path.gate import tiling
+from kog_backend.path.gate.tiling import SAMPLE_MAX_GRID  # noqa: F401  (re-exported: tests and tools read it here)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,13 +50,8 @@ class Plan:
     def filtered_sampling_reason(self) -> str | None:
         """None when the work area holds a filtered draw's per-row state, else why not (such requests then run
         one token per engine step, with vLLM's sampler)."""
-        if self.grid > SAMPLE_MAX_GRID:
-            return f"top-k/top-p/min-p bursts: {self.grid} blocks, the split-level buffer holds {SAMPLE_MAX_GRID}"
-        need = sample_smem_bytes(self.sample_rows)
-        if need > self.work_bytes:
-            return (f"top-k/top-p/min-p bursts: {self.sample_rows} LM-head rows per block need {need} B of the "
-                    f"{self.work_bytes} B work area")
-        return None
+        return tiling.filtered_sampling_reason(self.grid, self.sample_rows, sample_smem_bytes(self.sample_rows),
+                                               self.work_bytes)
 
 
 def units_per_chunk(k: int, rows_per_unit: int, slot_bytes: int = CONFIG["kSlotBytes"]) -> int | None:
@@ -101,15 +95,10 @@ def make_plan(shape, sm_count: int) -> Plan | str:
     c = CONFIG
     H, D, I = shape.hidden_size, shape.head_dim, shape.intermediate_size
     nh, nkv = shape.num_heads, shape.num_kv_heads
-    if H % 8 or H > c["kMaxHidden"]:
-        return f"hidden_size {H} (the norm covers multiples of 8 up to {c['kMaxHidden']})"
-    if nkv < 1 or nh % nkv:
-        return f"num_attention_heads {nh} is not a multiple of num_key_value_heads {nkv}"
-    if nkv > sm_count:
-        return f"num_key_value_heads {nkv} exceed the {sm_count} SMs (one attention split per SM at least)"
     n_lm = lm_rows(shape)
-    if n_lm < 1:
-        return "this rank holds no logical vocabulary rows (vocab_size)"
+    reason = tiling.shape_reason(H, nh, nkv, sm_count, n_lm)
+    if reason is not None:
+        return reason
     specs = (
         (H, (nh + 2 * nkv) * D, False),  # qkv
         (nh * D, H, False),  # o_proj
@@ -118,8 +107,9 @@ def make_plan(shape, sm_count: int) -> Plan | str:
         (H, n_lm, False),  # lm head
     )
     for name, field, (k, _, _) in zip(STAGE_NAMES, STAGE_K_FIELDS, specs):
-        if k < 8 or k % 8:
-            return f"{field} {k}: the {name} input length must be a multiple of 8 (16-byte GEMV vectors)"
+        reason = tiling.stage_input_reason(name, field, k)
+        if reason is not None:
+            return reason
     slot = slot_bytes_for(max(k * 2 * (2 if pair else 1) for k, _, pair in specs))
     stages = []
     for k, n, pair in specs:
@@ -128,9 +118,9 @@ def make_plan(shape, sm_count: int) -> Plan | str:
         stages.append(StagePlan(k=k, n=n, nu=nu, chunks=math.ceil(n / nu), pair=pair))
     for st in (1, 3):  # O and down preload the residual of every row they own
         rows = math.ceil(stages[st].chunks / sm_count) * stages[st].nu
-        if rows > c["kMaxResidRows"]:
-            return (f"{STAGE_NAMES[st]}: hidden_size {H} gives {rows} rows per block on {sm_count} SMs, more than the "
-                    f"{c['kMaxResidRows']}-row residual buffer")
+        reason = tiling.residual_rows_reason(STAGE_NAMES[st], H, rows, sm_count)
+        if reason is not None:
+            return reason
     max_k = max(H, nh * D, I)
     work = max(max_k * 2, attn_work_floats(D) * 4)
     work = (work + 127) // 128 * 128
@@ -142,9 +132,9 @@ def make_plan(shape, sm_count: int) -> Plan | str:
     need = (sample_smem_bytes(sample_rows) + 127) // 128 * 128
     if need > work and (c["kMaxSmemBytes"] - c["kHeaderBytes"] - need) // slot >= slots:
         work = need
-    if slots < c["kMinSlots"]:
-        return (f"shared memory: intermediate_size {I} / hidden_size {H} need {work} B of input vector and "
-                f"{slot} B slots, room for {slots} weight slots (< {c['kMinSlots']})")
+    reason = tiling.slots_reason(I, H, work, slot, slots)
+    if reason is not None:
+        return reason
     splits = max(1, sm_count // nkv)
     return Plan(
         grid=sm_count,

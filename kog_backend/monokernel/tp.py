@@ -14,8 +14,9 @@ import dataclasses
 
 import torch
 
-from kog_backend.path.model_spec import DecoderShape, DecoderWeights, LayerWeights
 from kog_backend.monokernel import layout
+from kog_backend.path.gate import monokernel as gate
+from kog_backend.path.model_spec import DecoderShape, DecoderWeights, LayerWeights
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,15 +39,8 @@ def tp_buffer_layout(shape: DecoderShape, world: int) -> TPBufferLayout:
 
 
 def tp_unsupported_reason(shape: DecoderShape, world: int) -> str | None:
-    """Why a model sharded `world` ways cannot run on the TP monokernel (None: it can)."""
-    if world < 2:
-        return None
-    if world > layout.CONFIG["kMaxTP"]:
-        most = layout.CONFIG["kMaxTP"]
-        return f"tensor parallelism {world} (the monokernel exchanges partials between at most {most} ranks)"
-    if shape.tp_size != world:
-        return f"the weights are sharded {shape.tp_size} ways, the group has {world} ranks"
-    return None
+    """Why a model sharded `world` ways cannot run on the TP monokernel (None: it can): the gate's reason."""
+    return gate.tp_reason(shape, world)
 
 
 def _split_rows(t: torch.Tensor, rank: int, world: int) -> torch.Tensor:
@@ -139,13 +133,13 @@ def setup_tp_monokernel(weights: DecoderWeights, kv_caches: list[torch.Tensor], 
     nbytes = tp_buffer_layout(full.shape, world).nbytes
     buf, reason = SharedBuffer.create(kog_ops.ops(), cpu_group, device.index, nbytes)
     if buf is None:
-        return None, f"shared buffer: {reason}"
+        return None, gate.tp_shared_buffer_reason(reason)
     mk, local = None, None
     try:
         mk = Monokernel(full, kv_caches, device, max_model_len, max_tokens_per_launch=max_tokens_per_launch,
                         tp_buffer=buf)  # fmt: skip
     except (ValueError, RuntimeError) as e:
-        local = f"set-up failed: {e}"
+        local = gate.tp_setup_failed(e)
     reason = groupcomm.agree(cpu_group, local)
     if reason is not None:
         buf.close(group=cpu_group)

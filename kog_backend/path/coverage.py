@@ -1,7 +1,7 @@
 """Whether a model would run on the kog path, from its config.json alone (no weights, no GPU, no server).
 
-The same reasons as the gate: model_spec's architecture / window / RoPE checks and the tile plan's refusals
-(plan.make_plan), each naming the config field. `kog doctor --model` prints them; tests/test_coverage.py walks
+The gate's reasons (kog_backend.path.gate.model, and the tiling plan's, plan.make_plan), from the config's fields,
+each naming the field. `kog doctor --model` prints them; tests/test_coverage.py walks
 every published config of the families kog covers (tools/fixtures/shapes.MODEL_CONFIGS).
 """
 
@@ -12,16 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from kog_backend.monokernel.plan import Plan, make_plan
-from kog_backend.path.model_spec import (
-    MLP_BIAS_REASON,
-    O_PROJ_BIAS_REASON,
-    SUPPORTED_ARCHS,
-    SUPPORTED_HEAD_DIMS,
-    DecoderShape,
-    architecture_reason,
-    rope_scaling_reason,
-    sliding_window_reason,
-)
+from kog_backend.path.gate import model as gate
+from kog_backend.path.gate.model import SUPPORTED_ARCHS
+from kog_backend.path.model_spec import DecoderShape
 
 H100_SMS = 132  # H100 SXM and H200: the grid of one launch
 GIB = 1024**3
@@ -35,35 +28,26 @@ RUNTIME_OVERHEAD = 3 * GIB
 def shape_from_config(cfg: Mapping[str, Any], tp_size: int = 1) -> DecoderShape | str:
     """The DecoderShape vLLM would load for this config.json, or why the kog path would refuse it."""
     archs = list(cfg.get("architectures") or [])
-    reason = architecture_reason(archs)
+    reason = gate.architecture_reason(archs)
     if reason is not None:
         return reason
     arch = SUPPORTED_ARCHS[archs[0]]
-    for check in (
-        sliding_window_reason(cfg.get("sliding_window"), cfg.get("use_sliding_window")),
-        rope_scaling_reason(cfg.get("rope_scaling") or cfg.get("rope_parameters")),
-    ):
-        if check is not None:
-            return check
-    if cfg.get("quantization_config"):
-        method = cfg["quantization_config"].get("quant_method", "?")
-        return f"quantization_config {method}: quantised weights (bf16 only)"
-    dtype = cfg.get("torch_dtype") or cfg.get("dtype")
-    if dtype not in (None, "bfloat16"):
-        return f"torch_dtype {dtype} (bf16 only; serve it with --dtype bfloat16)"
-    if cfg.get("mlp_bias"):
-        return MLP_BIAS_REASON
-    if cfg.get("attention_bias") and arch != "qwen2":  # Llama / Mistral / Qwen3: q, k, v and o_proj all get one
-        return O_PROJ_BIAS_REASON
-    qkv_bias = arch == "qwen2"
     H, nh = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
     nkv = int(cfg.get("num_key_value_heads") or nh)
     D = int(cfg.get("head_dim") or H // nh)
-    if D not in SUPPORTED_HEAD_DIMS:
-        return f"head_dim {D} (64 or 128 only)"
-    if nh % tp_size or nkv % tp_size or int(cfg["intermediate_size"]) % tp_size:
-        return (f"num_attention_heads {nh} / num_key_value_heads {nkv} / intermediate_size "
-                f"{cfg['intermediate_size']} not divisible by tensor parallelism {tp_size}")
+    quant = cfg.get("quantization_config")
+    reason = (
+        gate.sliding_window_reason(cfg.get("sliding_window"), cfg.get("use_sliding_window"))
+        or gate.rope_scaling_reason(cfg.get("rope_scaling") or cfg.get("rope_parameters"))
+        or gate.quantization_reason(quant.get("quant_method", "?") if quant else None)
+        or gate.torch_dtype_reason(cfg.get("torch_dtype") or cfg.get("dtype"))
+        or gate.config_bias_reason(arch, cfg.get("mlp_bias"), cfg.get("attention_bias"))
+        or gate.head_dim_reason(D)
+        or gate.tp_divisible_reason(nh, nkv, int(cfg["intermediate_size"]), tp_size)
+    )
+    if reason is not None:
+        return reason
+    qkv_bias = arch == "qwen2"
     vocab = int(cfg["vocab_size"])
     padded = -(-vocab // (64 * tp_size)) * 64  # vLLM pads the vocabulary to 64 per rank
     return DecoderShape(

@@ -10,7 +10,7 @@ tensor-parallel group counts the same steps.
 Families (vLLM's conventions: `<namespace>:<name>`, counters end in `_total`):
   kog:steps_total                    engine steps that ran on the kog path
   kog:generated_tokens_total         tokens those steps generated
-  kog:stock_steps_total{reason}      steps that ran stock, by reason (eligibility's reason strings)
+  kog:stock_steps_total{reason}      steps that ran stock, by reason (the gate's reason strings)
   kog:launch_aborts_total            monokernel launches that aborted (their tokens discarded, the step redone stock)
   kog:disabled{reason}               1 while kog is off for the server (the reason), absent while it is on
 """

@@ -25,44 +25,19 @@ from typing import Any
 
 import torch
 
-SUPPORTED_ARCHS = {
-    "LlamaForCausalLM": "llama",
-    "Qwen3ForCausalLM": "qwen3",
-    "MistralForCausalLM": "llama",
-    "Qwen2ForCausalLM": "qwen2",
-}
-SUPPORTED_HEAD_DIMS = (64, 128)
-
-
-O_PROJ_BIAS_REASON = "attention_bias: o_proj has a bias (only Qwen2's QKV bias is supported)"
-MLP_BIAS_REASON = "mlp_bias: the MLP projections have a bias"
-
-
-def architecture_reason(archs: list[str]) -> str | None:
-    """Why the config's `architectures` are not on the kog path, or None."""
-    if archs and archs[0] in SUPPORTED_ARCHS:
-        return None
-    return f"architectures {archs} is not supported (dense Llama, Mistral, Qwen2, Qwen3 only)"
-
-
-def sliding_window_reason(window: int | None, use_sliding_window: bool | None) -> str | None:
-    """Mistral sets only the window (null in 7B-v0.3); Qwen2/Qwen3 also the switch (off in every published config)."""
-    if window and (use_sliding_window is None or use_sliding_window):
-        return f"sliding_window {window}: sliding-window attention is not supported"
-    return None
-
-
-def rope_scaling_reason(rope: dict | None) -> str | None:
-    """Default RoPE and Llama 3's scaling are what the RoPE cache the kernel reads holds; YaRN, dynamic NTK,
-    linear and longrope are not checked against vLLM on the kog path (no listed config uses them)."""
-    kind = (rope or {}).get("rope_type") or (rope or {}).get("type") or "default"
-    if kind not in ("default", "llama3"):
-        return f"rope_scaling {kind!r} is not supported (default and llama3 only)"
-    return None
+from kog_backend.path.gate import kv_cache as kv_gate
+from kog_backend.path.gate import model as model_gate
+from kog_backend.path.gate.model import SUPPORTED_ARCHS, SUPPORTED_HEAD_DIMS  # noqa: F401  (read here by tools, tests)
+from kog_backend.path.gate.server import model_dtype_reason
 
 
 class UnsupportedModel(Exception):
-    """The loaded model cannot run on the kog path; str(e) is the reason."""
+    """The loaded model cannot run on the kog path; str(e) is the gate's reason."""
+
+
+def _refuse(reason: str | None) -> None:
+    if reason is not None:
+        raise UnsupportedModel(reason)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,12 +127,7 @@ class KVCacheView:
 
 
 def kv_cache_view(kv_cache: torch.Tensor, head_dim: int) -> KVCacheView:
-    if kv_cache.dim() != 4 or kv_cache.shape[-1] != 2 * head_dim:
-        raise UnsupportedModel(
-            f"KV cache of shape {tuple(kv_cache.shape)} is not the flash layout [blocks, kv_heads, block, 2*{head_dim}]"
-        )
-    if kv_cache.stride(-1) != 1:
-        raise UnsupportedModel("KV cache's head dimension is not contiguous")
+    _refuse(kv_gate.layout_reason(kv_cache, head_dim))
     kv = kv_cache.permute(0, 2, 1, 3)  # [blocks, block_size, nkv, 2D], strided
     return KVCacheView(k=kv[..., :head_dim], v=kv[..., head_dim:])
 
@@ -173,30 +143,23 @@ def from_vllm_model(model: torch.nn.Module, vllm_config: Any) -> DecoderWeights:
     """Views of a loaded vLLM Llama/Qwen3 model (`runner.model`). Raises UnsupportedModel with a reason."""
     hf = vllm_config.model_config.hf_config
     archs = list(getattr(hf, "architectures", None) or [])
-    reason = architecture_reason(archs or [type(model).__name__])
-    if reason is not None:
-        raise UnsupportedModel(reason)
+    _refuse(model_gate.architecture_reason(archs or [type(model).__name__]))
     arch = SUPPORTED_ARCHS[archs[0]]
-    inner = getattr(model, "model", None)
-    if inner is None or not hasattr(inner, "layers"):
-        raise UnsupportedModel(f"{type(model).__name__} has no .model.layers")
-    reason = sliding_window_reason(getattr(hf, "sliding_window", None), getattr(hf, "use_sliding_window", None))
-    if reason is not None:
-        raise UnsupportedModel(reason)
+    _refuse(model_gate.layers_reason(model))
+    inner = model.model
+    _refuse(model_gate.sliding_window_reason(getattr(hf, "sliding_window", None),
+                                             getattr(hf, "use_sliding_window", None)))
     params = {n: p for n, p in model.named_parameters()}
     quantised = [n for n, p in params.items() if p.dtype not in (torch.bfloat16, torch.float16, torch.float32)]
-    if quantised or vllm_config.model_config.quantization:
-        raise UnsupportedModel(f"quantised weights ({vllm_config.model_config.quantization or quantised[0]})")
+    _refuse(model_gate.quantization_reason(vllm_config.model_config.quantization or next(iter(quantised), None)))
     dtype = vllm_config.model_config.dtype
-    if dtype != torch.bfloat16:
-        raise UnsupportedModel(f"model dtype {dtype} (bf16 only)")
+    _refuse(model_dtype_reason(dtype))
 
     layers = []
     attn0 = inner.layers[0].self_attn
     for i, layer in enumerate(inner.layers):
         attn, mlp = layer.self_attn, layer.mlp
-        if not hasattr(mlp, "gate_up_proj"):
-            raise UnsupportedModel(f"layer {i} MLP {type(mlp).__name__} is not a dense gate/up/down MLP")
+        _refuse(model_gate.mlp_reason(i, mlp))
         layers.append(
             LayerWeights(
                 input_norm=layer.input_layernorm.weight,
@@ -211,20 +174,11 @@ def from_vllm_model(model: torch.nn.Module, vllm_config: Any) -> DecoderWeights:
             )
         )
     head_dim = attn0.head_dim
-    if head_dim not in SUPPORTED_HEAD_DIMS:
-        raise UnsupportedModel(f"head_dim {head_dim} (64 or 128 only)")
-    reason = rope_scaling_reason(getattr(hf, "rope_scaling", None) or getattr(hf, "rope_parameters", None))
-    if reason is not None:
-        raise UnsupportedModel(reason)
+    _refuse(model_gate.head_dim_reason(head_dim))
+    _refuse(model_gate.rope_scaling_reason(getattr(hf, "rope_scaling", None) or getattr(hf, "rope_parameters", None)))
     rope = attn0.rotary_emb
-    if type(rope).__name__ not in ("RotaryEmbedding", "Llama3RotaryEmbedding"):
-        raise UnsupportedModel(
-            f"rope_scaling: rotary embedding {type(rope).__name__} is not supported (default and llama3 only)"
-        )
-    if not rope.is_neox_style or rope.rotary_dim != head_dim:
-        raise UnsupportedModel("rope_scaling / partial_rotary_factor: only full-head neox-style RoPE is supported")
-    if getattr(attn0.attn, "sinks", None) is not None:
-        raise UnsupportedModel("attention sinks are not supported")
+    _refuse(model_gate.rotary_reason(rope, head_dim))
+    _refuse(model_gate.sinks_reason(attn0.attn))
     lm_head = model.lm_head.weight
     embed = inner.embed_tokens.weight
     lm = model.lm_head
@@ -249,13 +203,12 @@ def from_vllm_model(model: torch.nn.Module, vllm_config: Any) -> DecoderWeights:
         tp_rank=getattr(lm, "tp_rank", 0),
         qkv_bias=layers[0].qkv_bias is not None,
     )
-    if any((lw.qkv_bias is not None) != shape.qkv_bias for lw in layers):
-        raise UnsupportedModel("attention_bias: some layers have a QKV bias and some do not")
-    if any(getattr(layer.self_attn.o_proj, "bias", None) is not None for layer in inner.layers):
-        raise UnsupportedModel(O_PROJ_BIAS_REASON)
-    if any(getattr(m, "bias", None) is not None for layer in inner.layers
-           for m in (layer.mlp.gate_up_proj, layer.mlp.down_proj)):
-        raise UnsupportedModel(MLP_BIAS_REASON)
+    _refuse(model_gate.bias_reason(
+        mlp_bias=any(getattr(m, "bias", None) is not None for layer in inner.layers
+                     for m in (layer.mlp.gate_up_proj, layer.mlp.down_proj)),
+        o_proj_bias=any(getattr(layer.self_attn.o_proj, "bias", None) is not None for layer in inner.layers),
+        qkv_bias_per_layer=[lw.qkv_bias is not None for lw in layers],
+    ))  # fmt: skip
     cos_sin = rope.cos_sin_cache
     if cos_sin.dtype != dtype:
         cos_sin = cos_sin.to(dtype)  # what vLLM's rope does on first use (rotary_embedding/base.py)

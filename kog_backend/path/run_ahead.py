@@ -60,7 +60,7 @@ class PlannedLaunch:
     gate_min: int  # the current burst's length
     stop_ids: torch.Tensor
     sample_seed: torch.Tensor | None
-    sampling: Any = None  # eligibility.BurstSampling of a sampled request (None: greedy)
+    sampling: Any = None  # burst_sampling.BurstSampling of a sampled request (None: greedy)
     penalty_rows: Any = None  # (prompt_mask, output_counts) of a penalised one: vLLM's PenaltiesState rows
 
 

@@ -80,14 +80,14 @@ class RequestTiming:
         return d
 
 
-async def wait_ready(session: Any, url: str, wait_s: float) -> None:
+async def wait_ready(client: Any, url: str, wait_s: float) -> None:
     """Polls `/health` (every second) until it answers 200 or `wait_s` has passed; the caller then finds out."""
     import aiohttp
 
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         try:
-            async with session.get(f"{base_url(url)}/health", timeout=aiohttp.ClientTimeout(total=5)) as resp:
+            async with client.get(f"{base_url(url)}/health", timeout=aiohttp.ClientTimeout(total=5)) as resp:
                 if resp.status == 200:
                     return
         except (aiohttp.ClientError, asyncio.TimeoutError):
@@ -95,10 +95,10 @@ async def wait_ready(session: Any, url: str, wait_s: float) -> None:
         await asyncio.sleep(1.0)
 
 
-async def served_model(session: Any, url: str, timeout_s: float) -> str:
+async def served_model(client: Any, url: str, timeout_s: float) -> str:
     import aiohttp
 
-    async with session.get(f"{base_url(url)}/v1/models", timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+    async with client.get(f"{base_url(url)}/v1/models", timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
         resp.raise_for_status()
         data = await resp.json()
     models = [m["id"] for m in data.get("data", [])]
@@ -107,7 +107,7 @@ async def served_model(session: Any, url: str, timeout_s: float) -> str:
     return models[0]
 
 
-async def stream_one(session: Any, url: str, body: dict[str, Any], timeout_s: float) -> RequestTiming:
+async def stream_one(client: Any, url: str, body: dict[str, Any], timeout_s: float) -> RequestTiming:
     """One streaming completion; parses the server-sent events as they arrive."""
     import aiohttp
 
@@ -115,7 +115,7 @@ async def stream_one(session: Any, url: str, body: dict[str, Any], timeout_s: fl
     start = time.perf_counter()
     last_token_at: float | None = None
     try:
-        async with session.post(
+        async with client.post(
             f"{base_url(url)}/v1/completions", json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)
         ) as resp:
             if resp.status != 200:
@@ -218,13 +218,13 @@ async def _run(s: HttpSettings) -> BenchReport:
     rng = random.Random(s.seed)
     timings: dict[str, list[RequestTiming]] = {u: [] for u in s.urls}
     results: dict[str, ModelResult] = {}
-    async with aiohttp.ClientSession() as session:
+    async with aiohttp.ClientSession() as client:
         names = {}
         for url, label in zip(s.urls, labels):
             try:
                 if s.wait_ready_s > 0:
-                    await wait_ready(session, url, s.wait_ready_s)
-                names[url] = s.model or await served_model(session, url, s.timeout_s)
+                    await wait_ready(client, url, s.wait_ready_s)
+                names[url] = s.model or await served_model(client, url, s.timeout_s)
             except Exception as e:  # noqa: BLE001 - an unreachable server is a failed row, not a crash
                 results[url] = ModelResult(model="?", path=url, rows=[RunResult(impl=label, error=f"{type(e).__name__}: {e}")])
         live = [u for u in s.urls if u in names]
@@ -232,7 +232,7 @@ async def _run(s: HttpSettings) -> BenchReport:
         for i in range(s.warmup + s.requests):
             round_seed = rng.random()  # the same prompt for every server in this round
             for url in live:
-                t = await stream_one(session, url, request_body(names[url], s, random.Random(round_seed)), s.timeout_s)
+                t = await stream_one(client, url, request_body(names[url], s, random.Random(round_seed)), s.timeout_s)
                 if i >= s.warmup:
                     timings[url].append(t)
                 if bar is not None:

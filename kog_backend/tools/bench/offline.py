@@ -107,12 +107,31 @@ def prompt_token_ids(vocab_size: int, prompt_len: int, seed: int = 0) -> list[in
 
 
 def max_model_len(cfg: dict[str, Any], s: Settings) -> int:
-    want = s.prompt_len + s.new_tokens + 1 + MAX_MODEL_LEN_SLACK
-    want = -(-want // 16) * 16
+    """vLLM's max_model_len for both engines (positions): --engine-args' max_model_len when given, else prompt + new
+    tokens + 1 + MAX_MODEL_LEN_SLACK rounded up to 16, capped at the model's max_position_embeddings. ValueError
+    when the request does not fit."""
+    need = s.prompt_len + s.new_tokens + 1
+    given = (s.engine_args or {}).get("max_model_len")
+    if given is not None:
+        if need > int(given):
+            raise ValueError(f"prompt {s.prompt_len} + {s.new_tokens} new tokens exceed --engine-args' max_model_len {given}")
+        return int(given)
+    want = -(-(need + MAX_MODEL_LEN_SLACK) // 16) * 16
     limit = int(cfg.get("max_position_embeddings") or want)
-    if s.prompt_len + s.new_tokens + 1 > limit:
+    if need > limit:
         raise ValueError(f"prompt {s.prompt_len} + {s.new_tokens} new tokens exceed the model's {limit} positions")
     return min(want, limit)
+
+
+def max_model_len_note(cfg: dict[str, Any], s: Settings, n: int) -> str:
+    """How max_model_len(cfg, s) == n was chosen, for the log and the header."""
+    if (s.engine_args or {}).get("max_model_len") is not None:
+        return "from --engine-args"
+    limit = cfg.get("max_position_embeddings")
+    capped = limit is not None and n == int(limit) and n < s.prompt_len + s.new_tokens + 1 + MAX_MODEL_LEN_SLACK
+    how = (f"prompt {s.prompt_len} + {s.new_tokens} new tokens + 1 + {MAX_MODEL_LEN_SLACK} slack, rounded up to 16"
+           if not capped else f"capped at the model's max_position_embeddings {limit}")
+    return how + ("" if capped or limit is None else f"; the model has {limit} positions")
 
 
 def finalize_row(row: RunResult, s: Settings, bytes_per_token: float | None) -> RunResult:
@@ -304,10 +323,13 @@ def run_offline(s: Settings, log=print) -> BenchReport:
         result = ModelResult(model=m.label, path=m.path)
         result.weight_bytes_per_token = model_bytes.weight_bytes_per_token(cfg)
         result.kv_bytes_per_token = model_bytes.mean_kv_bytes_per_token(cfg, s.prompt_len, s.new_tokens)
+        result.max_model_len = max_model_len(cfg, s)
+        result.max_model_len_note = max_model_len_note(cfg, s, result.max_model_len)
+        log(f"{m.label}: vLLM max_model_len {result.max_model_len} ({result.max_model_len_note})")
         spec_common = {
             "model_path": m.path,
             "prompt_token_ids": prompt_token_ids(int(cfg["vocab_size"]), s.prompt_len, s.seed),
-            "max_model_len": max_model_len(cfg, s),
+            "max_model_len": result.max_model_len,
             "new_tokens": s.new_tokens,
             "sampling_overrides": s.sampling_overrides,
             "sampling_seed": s.sampling_seed,

@@ -58,6 +58,8 @@ class ModelResult:
     tokens_match: bool | None = None  # greedy only: kog's tokens equal stock's
     first_mismatch: int | None = None
     sampling: dict[str, Any] | None = None  # offline: the sampling in force for this model (as RunResult.sampling)
+    max_model_len: int | None = None  # offline: vLLM's max_model_len for both engines (positions)
+    max_model_len_note: str | None = None  # how it was chosen (offline.max_model_len_note)
 
     def row(self, impl: str) -> RunResult | None:
         return next((r for r in self.rows if r.impl == impl), None)

@@ -45,6 +45,9 @@ def header_lines(report: BenchReport) -> list[str]:
             f"after {s.get('warmup')} warm-up"
         )
         lines += sampling.header_lines(s, [(m.model, m.sampling) for m in report.models], http=False)
+        for m in report.models:
+            if m.max_model_len is not None:
+                lines.append(f"{m.model}: vLLM max_model_len {m.max_model_len} ({m.max_model_len_note or '?'})")
         if s.get("engine_args"):
             lines.append(f"engine arguments on both sides: {json.dumps(s['engine_args'], sort_keys=True)}")
         if s.get("kog_options"):

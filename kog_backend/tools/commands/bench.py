@@ -2,6 +2,10 @@
 
 Offline (default): for each --model (a checkpoint directory or an embedded shape, whose random-weight checkpoint
 is written when missing), runs stock vLLM and then kog, each in its own process with identical settings.
+vLLM's max_model_len follows the prompt (prompt + new tokens + slack, capped at the model's max_position_embeddings;
+logged and printed in the header), so --prompt-len goes up to the model's context.
+Sweep (--prompt-lens 2000,8000,...): the offline A/B at each length, one table, sweep.json and sweep.png of tok/s and
+% of copy bandwidth (weights + KV bytes) against context length (bench/sweep.py).
 HTTP (--url, once or twice): streams completions from live `vllm serve` servers, one request at a time.
 Sampling: by default what a client that sets no sampling field gets, the model's generation config as vLLM applies
 it; `--greedy` and the sampling flags choose otherwise; the header and the JSON say which settings were in force.
@@ -33,6 +37,15 @@ def _positive(text: str) -> int:
     return v
 
 
+def _prompt_lens(text: str) -> list[int]:
+    from kog_backend.tools.bench.sweep import parse_prompt_lens
+
+    try:
+        return parse_prompt_lens(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows defaults, except None and False (an option not given: its help says what that means)."""
 
@@ -56,7 +69,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f'{json.dumps(DEFAULT_KOG_OPTIONS)} (the speed path; a server\'s default "auto" selects it '
                         'too, or turns kog off), e.g. \'{"run_ahead": false}\'')
     g = p.add_argument_group("request")
-    g.add_argument("--prompt-len", type=_positive, default=32, help="prompt length (random token ids)")
+    g.add_argument("--prompt-len", type=_positive, default=32,
+                   help="prompt length (random token ids); vLLM's max_model_len is set to fit it (prompt + new tokens "
+                        "+ slack, capped at the model's max_position_embeddings; the header says which)")
+    g.add_argument("--prompt-lens", type=_prompt_lens, default=None, metavar="N,N,...",
+                   help="sweep: run stock and kog at each prompt length (e.g. 2000,8000,16000,32000,64000; 16k = "
+                        "16000) and write one table, sweep.json and sweep.png of tok/s and %% of copy bandwidth "
+                        "against context length (offline only; instead of --prompt-len)")
     g.add_argument("--new-tokens", type=_positive, default=512, help="tokens to generate (ignore_eos)")
     g.add_argument("--tokens-per-step", "-K", type=_positive, default=None, metavar="K",
                    help="kog: tokens generated per engine step (default: --kog-options' tokens_per_step if given, "
@@ -124,6 +143,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"kog bench: {e}", file=sys.stderr)
         return 2
     urls = list(args.urls or []) + ([args.url2] if args.url2 else [])
+    if getattr(args, "prompt_lens", None):
+        if urls:
+            print("kog bench: --prompt-lens runs the offline engines; it does not take --url", file=sys.stderr)
+            return 2
+        sweep = _run_offline(args, prompt_lens=args.prompt_lens)
+        return sweep if isinstance(sweep, int) else _write_sweep_outputs(sweep, args)
     if urls:
         report = _run_http(args, urls)
     else:
@@ -133,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
     return _write_outputs(report, args)
 
 
-def _run_offline(args: argparse.Namespace):
+def _run_offline(args: argparse.Namespace, prompt_lens: list[int] | None = None):
+    """One offline A/B (a BenchReport), or with prompt_lens the sweep (a SweepReport); an int: the exit status."""
     from kog_backend.tools.bench.offline import Settings, run_offline
     from kog_backend.config import KogConfig, KogConfigError
     from kog_backend.tools.fixtures.shapes import DEFAULT_SHAPE
@@ -168,8 +194,13 @@ def _run_offline(args: argparse.Namespace):
         verbose=args.verbose,
         commit=args.commit,
     )
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
     try:
-        return run_offline(s, log=lambda m: print(m, file=sys.stderr))
+        if prompt_lens:
+            from kog_backend.tools.bench.sweep import run_sweep
+
+            return run_sweep(s, prompt_lens, log=log)
+        return run_offline(s, log=log)
     except ValueError as e:  # a model that is neither a checkpoint nor a shape, a prompt too long for it
         print(f"kog bench: {e}", file=sys.stderr)
         return 2
@@ -222,6 +253,24 @@ def _write_outputs(report, args: argparse.Namespace) -> int:
         except ImportError:
             print("PNG:  skipped (matplotlib is not installed: pip install 'kog-backend[bench]')")
     return exit_status(report)
+
+
+def _write_sweep_outputs(sweep, args: argparse.Namespace) -> int:
+    from kog_backend.tools.bench.sweep import format_sweep_table
+
+    os.makedirs(args.out, exist_ok=True)
+    json_path = os.path.join(args.out, "sweep.json")
+    sweep.save(json_path)
+    print(format_sweep_table(sweep))
+    print(f"\nJSON: {json_path} (each length's bench.json and engine logs: {os.path.join(args.out, 'prompt-N')})")
+    if not args.no_chart:
+        try:
+            from kog_backend.tools.bench.sweep_chart import write_sweep_chart
+
+            print(f"PNG:  {write_sweep_chart(sweep, os.path.join(args.out, 'sweep.png'))}")
+        except ImportError:
+            print("PNG:  skipped (matplotlib is not installed: pip install 'kog-backend[bench]')")
+    return max((exit_status(p) for p in sweep.points), default=1)
 
 
 def exit_status(report) -> int:

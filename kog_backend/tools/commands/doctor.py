@@ -4,6 +4,8 @@ lists what runs on the kog path and what falls back.
 Exit status: 0 kog would run here (warnings allowed), 1 it would not (a check failed; on a machine without
 a GPU the GPU check fails with "no GPU").
 
+With --reasons it lists every reason the gate can return (what `kog stats` and /metrics may show) and exits 0.
+
 With --model PATH_OR_NAME it checks that model instead (config.json only; no server, no GPU): 0 the kog path
 would take it and it fits the --gpu card, 1 not, with the gate's reason.
 """
@@ -17,6 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the checks and features as JSON")
     p.add_argument("--skip-p2p", action="store_true", help="do not test peer-to-peer copies between GPUs")
     p.add_argument("--no-features", action="store_true", help="only the checks, not the feature table")
+    p.add_argument("--reasons", action="store_true",
+                   help="list every reason the gate can return (kog stats, /metrics), by level, and exit")
     p.add_argument("--model", metavar="PATH_OR_NAME",
                    help="would this model run on the kog path? A checkpoint directory, a Hugging Face id kog knows "
                         "(e.g. Qwen/Qwen2.5-Coder-7B-Instruct) or a make-checkpoint shape; reads config.json only")
@@ -30,6 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.model is not None:
         return _run_model(args)
+    if args.reasons:
+        return _run_reasons(args)
     from kog_backend.tools.doctor import features, report
     from kog_backend.tools.doctor.checks import exit_status, run_checks
     from kog_backend.tools.doctor.probe import Probe
@@ -44,6 +50,16 @@ def run(args: argparse.Namespace) -> int:
             print()
             print(report.format_features(sections))
     return exit_status(checks)
+
+
+def _run_reasons(args: argparse.Namespace) -> int:
+    import json
+
+    from kog_backend.tools.doctor import features, report
+
+    sections = features.reason_sections()
+    print(json.dumps(dict(sections), indent=2) if args.json else report.format_features(sections))
+    return 0
 
 
 def _run_model(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 
 from kog_backend import SUPPORTED_VLLM
 from kog_backend.config import WORKER_CLS
-from kog_backend.path.support import REQUIRED_CAPABILITY, gpu_reason, vllm_version_reason
+from kog_backend.path.gate.environment import REQUIRED_CAPABILITY, gpu_reason, vllm_version_reason
 
 SUPPORTED_TORCH = "2.11"
 NCCL_WHEEL = "nvidia-nccl-cu13"

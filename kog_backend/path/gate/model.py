@@ -1,0 +1,128 @@
+"""The model: its config.json and the weights vLLM loaded. Each reason names the config field that causes it.
+
+model_spec reads a loaded model and coverage reads a config.json; both ask these functions. A reason turns kog
+off for the whole server (the stock path serves the model).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# config.json `architectures[0]` -> the kernel's family ("llama": Llama and Mistral)
+SUPPORTED_ARCHS = {
+    "LlamaForCausalLM": "llama",
+    "Qwen3ForCausalLM": "qwen3",
+    "MistralForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+}
+SUPPORTED_HEAD_DIMS = (64, 128)
+ROPE_TYPES = ("default", "llama3")  # what the RoPE cache the kernel reads holds
+
+REASONS = {
+    "architecture": "architectures {archs} is not supported (dense Llama, Mistral, Qwen2, Qwen3 only)",
+    "sliding_window": "sliding_window {window}: sliding-window attention is not supported",
+    "rope_scaling": "rope_scaling {kind!r} is not supported (default and llama3 only)",
+    "quantization": "quantization_config {method}: quantised weights (bf16 only)",
+    "torch_dtype": "torch_dtype {dtype} (bf16 only; serve it with --dtype bfloat16)",
+    "mlp_bias": "mlp_bias: the MLP projections have a bias",
+    "o_proj_bias": "attention_bias: o_proj has a bias (only Qwen2's QKV bias is supported)",
+    "qkv_bias_mixed": "attention_bias: some layers have a QKV bias and some do not",
+    "head_dim": "head_dim {head_dim} (64 or 128 only)",
+    "tp_divisible": "num_attention_heads {heads} / num_key_value_heads {kv_heads} / intermediate_size "
+                    "{intermediate} not divisible by tensor parallelism {tp}",
+    "no_layers": "{model} has no .model.layers",
+    "mlp_not_dense": "layer {layer} MLP {mlp} is not a dense gate/up/down MLP",
+    "rotary_class": "rope_scaling: rotary embedding {name} is not supported (default and llama3 only)",
+    "rotary_partial": "rope_scaling / partial_rotary_factor: only full-head neox-style RoPE is supported",
+    "sinks": "attention sinks are not supported",
+}
+
+
+def architecture_reason(archs: list[str]) -> str | None:
+    """Why the config's `architectures` are not on the kog path, or None."""
+    if archs and archs[0] in SUPPORTED_ARCHS:
+        return None
+    return REASONS["architecture"].format(archs=archs)
+
+
+def sliding_window_reason(window: int | None, use_sliding_window: bool | None) -> str | None:
+    """Mistral sets only the window (null in 7B-v0.3); Qwen2/Qwen3 also the switch (off in every published config)."""
+    if window and (use_sliding_window is None or use_sliding_window):
+        return REASONS["sliding_window"].format(window=window)
+    return None
+
+
+def rope_scaling_reason(rope: dict | None) -> str | None:
+    """Default RoPE and Llama 3's scaling are what the RoPE cache the kernel reads holds; YaRN, dynamic NTK,
+    linear and longrope are not checked against vLLM on the kog path (no listed config uses them)."""
+    kind = (rope or {}).get("rope_type") or (rope or {}).get("type") or "default"
+    if kind not in ROPE_TYPES:
+        return REASONS["rope_scaling"].format(kind=kind)
+    return None
+
+
+def quantization_reason(method: str | None) -> str | None:
+    """method: vLLM's --quantization, config.json's quantization_config.quant_method, or a quantised parameter."""
+    return REASONS["quantization"].format(method=method) if method else None
+
+
+def torch_dtype_reason(dtype: str | None) -> str | None:
+    """config.json's torch_dtype (None: vLLM's default, bf16 for the listed families)."""
+    if dtype not in (None, "bfloat16"):
+        return REASONS["torch_dtype"].format(dtype=dtype)
+    return None
+
+
+def bias_reason(mlp_bias: bool, o_proj_bias: bool, qkv_bias_per_layer: list[bool] | None = None) -> str | None:
+    """Biases: Qwen2's QKV bias (every layer or none) is the only one the kernel adds."""
+    if mlp_bias:
+        return REASONS["mlp_bias"]
+    if o_proj_bias:
+        return REASONS["o_proj_bias"]
+    if qkv_bias_per_layer and len(set(qkv_bias_per_layer)) > 1:
+        return REASONS["qkv_bias_mixed"]
+    return None
+
+
+def config_bias_reason(arch: str, cfg_mlp_bias: Any, cfg_attention_bias: Any) -> str | None:
+    """config.json's mlp_bias and attention_bias: Llama / Mistral / Qwen3 put attention_bias on q, k, v and o_proj."""
+    return bias_reason(bool(cfg_mlp_bias), bool(cfg_attention_bias) and arch != "qwen2")
+
+
+def head_dim_reason(head_dim: int) -> str | None:
+    if head_dim not in SUPPORTED_HEAD_DIMS:
+        return REASONS["head_dim"].format(head_dim=head_dim)
+    return None
+
+
+def tp_divisible_reason(heads: int, kv_heads: int, intermediate: int, tp: int) -> str | None:
+    if heads % tp or kv_heads % tp or intermediate % tp:
+        return REASONS["tp_divisible"].format(heads=heads, kv_heads=kv_heads, intermediate=intermediate, tp=tp)
+    return None
+
+
+def layers_reason(model: Any) -> str | None:
+    """A loaded vLLM model with decoder layers at .model.layers (every supported architecture's layout)."""
+    inner = getattr(model, "model", None)
+    if inner is None or not hasattr(inner, "layers"):
+        return REASONS["no_layers"].format(model=type(model).__name__)
+    return None
+
+
+def mlp_reason(layer: int, mlp: Any) -> str | None:
+    if not hasattr(mlp, "gate_up_proj"):
+        return REASONS["mlp_not_dense"].format(layer=layer, mlp=type(mlp).__name__)
+    return None
+
+
+def rotary_reason(rope: Any, head_dim: int) -> str | None:
+    """vLLM's rotary embedding module: the plain or Llama 3 one, neox style over the whole head."""
+    if type(rope).__name__ not in ("RotaryEmbedding", "Llama3RotaryEmbedding"):
+        return REASONS["rotary_class"].format(name=type(rope).__name__)
+    if not rope.is_neox_style or rope.rotary_dim != head_dim:
+        return REASONS["rotary_partial"]
+    return None
+
+
+def sinks_reason(attention: Any) -> str | None:
+    return REASONS["sinks"] if getattr(attention, "sinks", None) is not None else None

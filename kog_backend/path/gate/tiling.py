@@ -1,0 +1,82 @@
+"""The tiling plan (kog_backend.monokernel.plan): a shape the kernel's chunks, attention splits and shared memory
+cannot cover, and the work area a top-k / top-p / min-p draw needs. Each reason names the config field.
+
+plan.make_plan computes the plan and asks these functions at each step; a reason turns kog off for the server
+(a filtered-draw reason only keeps such requests at one token per engine step).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# burst_sampling.cuh BurstSamplingConfig::kMaxGrid: blocks whose split-level rows the grid buffer holds.
+SAMPLE_MAX_GRID = 256
+
+REASONS = {
+    "hidden_size": "hidden_size {hidden} (the norm covers multiples of 8 up to {most})",
+    "heads": "num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}",
+    "kv_heads_sms": "num_key_value_heads {kv_heads} exceed the {sms} SMs (one attention split per SM at least)",
+    "no_vocab_rows": "this rank holds no logical vocabulary rows (vocab_size)",
+    "stage_input": "{field} {k}: the {stage} input length must be a multiple of 8 (16-byte GEMV vectors)",
+    "residual_rows": "{stage}: hidden_size {hidden} gives {rows} rows per block on {sms} SMs, more than the "
+                     "{most}-row residual buffer",
+    "slots": "shared memory: intermediate_size {intermediate} / hidden_size {hidden} need {work} B of input vector "
+             "and {slot} B slots, room for {slots} weight slots (< {least})",
+    "filtered_grid": "top-k/top-p/min-p bursts: {grid} blocks, the split-level buffer holds {most}",
+    "filtered_work": "top-k/top-p/min-p bursts: {rows} LM-head rows per block need {need} B of the {work} B work area",
+}
+
+
+def _config() -> dict[str, Any]:
+    """The kernel's constants (monokernel.layout, from csrc/include/kog/config.cuh); imported on use, because the
+    monokernel package imports the gate."""
+    from kog_backend.monokernel.layout import CONFIG
+
+    return CONFIG
+
+
+def shape_reason(hidden: int, heads: int, kv_heads: int, sm_count: int, vocab_rows: int) -> str | None:
+    c = _config()
+    if hidden % 8 or hidden > c["kMaxHidden"]:
+        return REASONS["hidden_size"].format(hidden=hidden, most=c["kMaxHidden"])
+    if kv_heads < 1 or heads % kv_heads:
+        return REASONS["heads"].format(heads=heads, kv_heads=kv_heads)
+    if kv_heads > sm_count:
+        return REASONS["kv_heads_sms"].format(kv_heads=kv_heads, sms=sm_count)
+    if vocab_rows < 1:
+        return REASONS["no_vocab_rows"]
+    return None
+
+
+def stage_input_reason(stage: str, field: str, k: int) -> str | None:
+    """A stage's GEMV reads its input in 16-byte vectors of 8 bf16."""
+    if k < 8 or k % 8:
+        return REASONS["stage_input"].format(field=field, k=k, stage=stage)
+    return None
+
+
+def residual_rows_reason(stage: str, hidden: int, rows: int, sm_count: int) -> str | None:
+    """O and down preload the residual of every row a block owns."""
+    c = _config()
+    if rows > c["kMaxResidRows"]:
+        return REASONS["residual_rows"].format(stage=stage, hidden=hidden, rows=rows, sms=sm_count,
+                                               most=c["kMaxResidRows"])
+    return None
+
+
+def slots_reason(intermediate: int, hidden: int, work: int, slot: int, slots: int) -> str | None:
+    c = _config()
+    if slots < c["kMinSlots"]:
+        return REASONS["slots"].format(intermediate=intermediate, hidden=hidden, work=work, slot=slot, slots=slots,
+                                       least=c["kMinSlots"])
+    return None
+
+
+def filtered_sampling_reason(grid: int, sample_rows: int, need: int, work_bytes: int) -> str | None:
+    """A filtered draw keeps a level and a score per LM-head row of a block in the work area (need bytes), and one
+    split-level row per block in a grid buffer (burst_sampling.cuh)."""
+    if grid > SAMPLE_MAX_GRID:
+        return REASONS["filtered_grid"].format(grid=grid, most=SAMPLE_MAX_GRID)
+    if need > work_bytes:
+        return REASONS["filtered_work"].format(rows=sample_rows, need=need, work=work_bytes)
+    return None

@@ -1,0 +1,90 @@
+"""The runner's side of the gate, host state only (no vLLM model runner behind it): the step gate gets the prompt
+lengths the runner recorded, bursts are capped at the tested context range, and a KV cache of a layout the kernel
+does not know turns kog off with its reason at start."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from vllm.v1.core.sched.output import CachedRequestData, SchedulerOutput
+
+from kog_backend.config import KogConfig
+from kog_backend.engine import runner as runner_mod
+from kog_backend.engine.runner import KogModelRunner, _KogRequest
+from kog_backend.path.counters import StepCounters
+from kog_backend.path.eligibility import MAX_TESTED_CONTEXT, STEP_REASONS
+
+
+def _runner(tmp_path, max_model_len: int = 4096) -> KogModelRunner:
+    r = object.__new__(KogModelRunner)
+    r.device = torch.device("cpu")
+    r.kog_config = KogConfig()
+    r.kog_counters = StepCounters(path=str(tmp_path / "stats-1-rank0.json"))
+    r.max_model_len = max_model_len
+    r._kog_requests = {"a": _KogRequest(reason=None, single_token=None, sampling=None, prompt_len=10,
+                                        max_tokens=10**6, stop_ids=())}
+    return r
+
+
+def _step(position: int, outputs: int) -> SchedulerOutput:
+    so = SchedulerOutput.make_empty()
+    so.scheduled_cached_reqs = CachedRequestData(
+        req_ids=["a"], resumed_req_ids=set(), new_token_ids=[], all_token_ids={}, new_block_ids=[None],
+        num_computed_tokens=[position], num_output_tokens=[outputs],
+    )
+    so.num_scheduled_tokens = {"a": 1}
+    so.total_num_scheduled_tokens = 1
+    return so
+
+
+@pytest.mark.parametrize(
+    "position,outputs,want",
+    [
+        (9, 0, None),  # the prompt's last token: a last prefill chunk of one token
+        (4, 0, STEP_REASONS["prefill"]),  # a one-token chunk inside the prompt (prompt_len 10, as recorded)
+        (20, 11, None),
+        (MAX_TESTED_CONTEXT, MAX_TESTED_CONTEXT - 9, STEP_REASONS["long_context"]),
+    ],
+)
+def test_step_reason_uses_the_recorded_prompt_length(tmp_path, position, outputs, want):
+    assert _runner(tmp_path)._kog_step_reason(_step(position, outputs)) == want
+
+
+@pytest.mark.parametrize("max_model_len,want", [(4096, 4096), (MAX_TESTED_CONTEXT, MAX_TESTED_CONTEXT),
+                                                (4 * MAX_TESTED_CONTEXT, MAX_TESTED_CONTEXT + 1)])
+def test_bursts_are_capped_at_the_tested_range(tmp_path, max_model_len, want):
+    assert _runner(tmp_path, max_model_len)._kog_max_len == want
+
+
+def _with_caches(tmp_path, monkeypatch, caches):
+    """A runner whose model's layers hold `caches`, initialize_kv_cache's vLLM part and impl selection skipped."""
+    r = _runner(tmp_path)
+    layers = [SimpleNamespace(self_attn=SimpleNamespace(attn=SimpleNamespace(kv_cache=c))) for c in caches]
+    r.model = SimpleNamespace(model=SimpleNamespace(layers=layers))
+    r.kv_cache_config = SimpleNamespace(kv_cache_groups=[object()])
+    r._kog_weights = SimpleNamespace(shape=SimpleNamespace(head_dim=128))
+    r._kog_kv_caches = []
+    monkeypatch.setattr(runner_mod.GPUModelRunnerV2, "initialize_kv_cache", lambda self, cfg: None)
+    monkeypatch.setattr(KogModelRunner, "_kog_select_impl", lambda self: None)
+    r.initialize_kv_cache(None)
+    return r
+
+
+def _nhd(block: int) -> torch.Tensor:
+    return torch.empty(8, block, 2, 256, dtype=torch.bfloat16, device="meta").permute(0, 2, 1, 3)
+
+
+def test_known_kv_layout_keeps_kog_on(tmp_path, monkeypatch):
+    r = _with_caches(tmp_path, monkeypatch, [_nhd(16), _nhd(16)])
+    assert r.kog_disabled_reason is None and len(r._kog_kv_caches) == 2
+
+
+@pytest.mark.parametrize("bad,needle", [(_nhd(8), "block size 8"),
+                                        (torch.empty(8, 256, 16, 2, dtype=torch.bfloat16, device="meta").permute(0, 3, 2, 1),
+                                         "not contiguous")])
+def test_unknown_kv_layout_turns_kog_off_with_its_reason(tmp_path, monkeypatch, bad, needle):
+    r = _with_caches(tmp_path, monkeypatch, [_nhd(16), bad])
+    assert r.kog_disabled_reason is not None
+    assert needle in r.kog_disabled_reason and r._kog_kv_caches == []
