@@ -1,4 +1,4 @@
-// Declarations of the launchers registered in torch_bindings.cpp.
+// Declarations of the launchers registered in torch_bindings.cpp (test-only ones: testing/test_ops.h).
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,7 @@
 
 namespace kog {
 
-// Bumped whenever an op's schema changes; kog_backend.ops checks it at load.
+// KOG_OPS_VERSION (version.h): bumped whenever an op's schema changes; kog_backend.ops checks it at load.
 int64_t version();
 
 // --- monokernel (csrc/monokernel.cu) ---
@@ -46,18 +46,5 @@ std::vector<int64_t> ipc_get_handle(int64_t ptr, int64_t device);
 int64_t ipc_open(std::vector<int64_t> handle, int64_t device);
 void ipc_close(int64_t ptr, int64_t device);
 void ipc_copy(int64_t dst, int64_t src, int64_t nbytes, int64_t device);
-
-// --- fault handling, test launcher (csrc/fault_test.cu) ---
-void hold_sms_test(const at::Tensor& release, int64_t blocks, int64_t smem_bytes, int64_t timeout_ms, int64_t device);
-
-// --- sampling building blocks, test launchers (csrc/sampling_test.cu) ---
-// KOG-SAMPLING-DECLS
-void philox_test(const at::Tensor& counters, int64_t key, at::Tensor& out);
-void philox_uniform_test(int64_t seed, int64_t position, at::Tensor& key_out, at::Tensor& words, at::Tensor& uniform,
-                         at::Tensor& noise, at::Tensor& uniform64, at::Tensor& noise64);
-void gumbel_noise_words_test(int64_t first_word, at::Tensor& uniform, at::Tensor& noise);
-void gumbel_argmax_test(const at::Tensor& logits, double temperature, double min_p, int64_t top_k, int64_t cut_key,
-                        int64_t cut_col, int64_t seed, int64_t position, bool use_fp64, int64_t num_slices,
-                        at::Tensor& params, at::Tensor& processed, at::Tensor& slice_best, at::Tensor& token);
 
 }  // namespace kog

@@ -1,5 +1,6 @@
 // The one TORCH_LIBRARY registration of kog_backend._C. Launchers live in csrc/<family>.cu; device code
 // lives in csrc/include/kog/*.cuh and includes no torch header. Mutated arguments are marked `Tensor!`.
+// Test-only launchers are not here: they build into kog_backend._C_test (csrc/testing/, torch.ops.kog_test).
 #include <torch/library.h>
 
 #include "ops.h"
@@ -50,27 +51,6 @@ TORCH_LIBRARY(kog, m) {
   // Sums `input` over the communicator's ranks into `output` (which may be `input`); algo 0 = one-shot,
   // 1 = two-shot. Also advances the communicator's epoch state.
   m.def("allreduce(int handle, Tensor input, Tensor! output, int algo) -> ()");
-
-  // --- fault handling, test launcher (csrc/fault_test.cu) ---
-  // `blocks` blocks of `smem_bytes` dynamic shared memory each, on the device's current stream, that spin until
-  // release[0] (pinned CPU int32, written by the host) != 0 or timeout_ms pass: they hold SMs from other kernels.
-  m.def("hold_sms_test(Tensor release, int blocks, int smem_bytes, int timeout_ms, int device) -> ()", &kog::hold_sms_test);
-
-  // --- sampling building blocks, test launchers (csrc/sampling_test.cu) ---
-  // KOG-SAMPLING-DEFS
-  // Philox4x32-10 of counters int64 [4, n] (uint32 values) under the 64-bit key.
-  m.def("philox_test(Tensor counters, int key, Tensor(a!) out) -> ()");
-  // vLLM's Gumbel stream of one row: key_out [1], words int64 [4, n], uniform/noise fp32 [n], fp64 variants [n].
-  m.def("philox_uniform_test(int seed, int position, Tensor(a!) key_out, Tensor(b!) words, Tensor(c!) uniform, "
-        "Tensor(d!) noise, Tensor(e!) uniform64, Tensor(f!) noise64) -> ()");
-  // Clamped uniform and noise of the 32-bit words first_word + i.
-  m.def("gumbel_noise_words_test(int first_word, Tensor(a!) uniform, Tensor(b!) noise) -> ()");
-  // The sampled token of one bf16 row through temperature, min_p, a top-k (radix select) or given cut, and the
-  // Gumbel argmax over num_slices blocks; also the row parameters (int32 [8]: RowParams = temperature,
-  // min_p_threshold, cut key, cut column, has_cut, Gumbel key), processed logits and per-slice best keys.
-  m.def("gumbel_argmax_test(Tensor logits, float temperature, float min_p, int top_k, int cut_key, int cut_col, "
-        "int seed, int position, bool use_fp64, int num_slices, Tensor(a!) params, Tensor(b!) processed, "
-        "Tensor(c!) slice_best, Tensor(d!) token) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(kog, CUDA, m) {
@@ -78,9 +58,4 @@ TORCH_LIBRARY_IMPL(kog, CUDA, m) {
   m.impl("monokernel_step", &kog::monokernel_step);
   // KOG-ALLREDUCE-CUDA-IMPLS
   m.impl("allreduce", &kog::allreduce);
-  // KOG-SAMPLING-CUDA-IMPLS
-  m.impl("philox_test", &kog::philox_test);
-  m.impl("philox_uniform_test", &kog::philox_uniform_test);
-  m.impl("gumbel_noise_words_test", &kog::gumbel_noise_words_test);
-  m.impl("gumbel_argmax_test", &kog::gumbel_argmax_test);
 }

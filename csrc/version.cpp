@@ -1,7 +1,8 @@
 #include "ops.h"
+#include "version.h"
 
 namespace kog {
 
-int64_t version() { return 6; }
+int64_t version() { return KOG_OPS_VERSION; }
 
 }  // namespace kog

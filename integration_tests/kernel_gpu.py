@@ -15,3 +15,12 @@ def require_sm90_extension() -> None:
         pytest.skip("needs an sm_90 GPU", allow_module_level=True)
     if ops.load_reason() is not None:
         pytest.skip(f"extension: {ops.load_reason()}", allow_module_level=True)
+
+
+def require_test_extension() -> None:
+    """Skips the calling test module unless the test-only extension kog_backend._C_test (torch.ops.kog_test) loads."""
+    from kog_backend import ops
+
+    reason = ops.kog_test_load_reason()
+    if reason is not None:
+        pytest.skip(f"test extension: {reason}", allow_module_level=True)

@@ -21,7 +21,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_gpu import require_sm90_extension  # noqa: E402
+from kernel_gpu import require_sm90_extension, require_test_extension  # noqa: E402
 
 from kog_backend import ops  # noqa: E402
 from kog_backend.reference import sampling as S  # noqa: E402
@@ -29,8 +29,7 @@ from kog_backend.reference import sampling as S  # noqa: E402
 pytestmark = pytest.mark.gpu
 
 require_sm90_extension()
-if not ops.has_op("gumbel_argmax_test"):
-    pytest.skip("kog_backend._C was built without csrc/sampling_test.cu (rebuild)", allow_module_level=True)
+require_test_extension()  # philox_test, ..., gumbel_argmax_test: csrc/testing/sampling_test.cu
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -95,7 +94,7 @@ def test_philox():
     for key in (0, 2**64 - 1, random.Random(SEED).randrange(2**64)):
         c = torch.randint(0, 2**32, (4, n), device=DEV, dtype=torch.int64, generator=g)
         out = torch.full_like(c, -1)
-        ops.ops().philox_test(c, key - 2**64 if key >= 2**63 else key, out)
+        ops.kog_test_ops().philox_test(c, key - 2**64 if key >= 2**63 else key, out)
         k0 = torch.full_like(c[0], key & S.MASK32)
         k1 = torch.full_like(c[0], key >> 32)
         _assert_bits(out, torch.stack(S.philox4x32(c[0], c[1], c[2], c[3], k0, k1)), f"philox key {key:#x}")
@@ -103,7 +102,7 @@ def test_philox():
         c = torch.tensor(ctr, dtype=torch.int64, device=DEV).view(4, 1)
         out = torch.full_like(c, -1)
         k = key[0] | (key[1] << 32)
-        ops.ops().philox_test(c, k - 2**64 if k >= 2**63 else k, out)
+        ops.kog_test_ops().philox_test(c, k - 2**64 if k >= 2**63 else k, out)
         assert tuple(int(w) for w in out[:, 0]) == expected
 
 
@@ -119,7 +118,7 @@ def test_stream(seed, position):
         "u64": torch.full((n,), float("nan"), dtype=torch.float64, device=DEV),
         "noise64": torch.full((n,), float("nan"), dtype=torch.float64, device=DEV),
     }
-    ops.ops().philox_uniform_test(seed, position, *mine.values())
+    ops.kog_test_ops().philox_uniform_test(seed, position, *mine.values())
     theirs = {k: torch.full_like(v, -1 if v.dtype == torch.int64 else float("nan")) for k, v in mine.items()}
     _stream_probe[(triton.cdiv(n, 1024),)](
         torch.tensor([seed], dtype=torch.int64, device=DEV), torch.tensor([position], dtype=torch.int64, device=DEV),
@@ -149,7 +148,7 @@ def test_noise_of_every_word():
     for first in range(0, 1 << 31, chunk):
         for t in (u_mine, n_mine, u_theirs, n_theirs):
             t.fill_(float("nan"))
-        ops.ops().gumbel_noise_words_test(first, u_mine, n_mine)
+        ops.kog_test_ops().gumbel_noise_words_test(first, u_mine, n_mine)
         _word_noise_probe[(triton.cdiv(chunk, 1024),)](first, u_theirs, n_theirs, chunk, BLOCK=1024)
         _assert_bits(u_mine, u_theirs, f"uniform of words {first:#x}+")
         _assert_bits(n_mine, n_theirs, f"noise of words {first:#x}+: CUDA vs Triton")
@@ -253,8 +252,9 @@ def test_row_matches_vllm(row):
     processed = torch.full((v,), float("nan"), device=DEV)
     slice_best = torch.full((slices, 3), -1, dtype=torch.int64, device=DEV)
     token = torch.full((1,), -1, dtype=torch.int64, device=DEV)
-    ops.ops().gumbel_argmax_test(x, temperature, mp, k if (k is not None and p is None) else 0, cut_key, cut_col,
-                                 seed, position, use_fp64, slices, params, processed, slice_best, token)
+    ops.kog_test_ops().gumbel_argmax_test(x, temperature, mp, k if (k is not None and p is None) else 0, cut_key,
+                                          cut_col, seed, position, use_fp64, slices, params, processed, slice_best,
+                                          token)
     _assert_bits(processed, theirs["after_top_k_top_p"].float(), f"processed logits: CUDA vs vLLM, {where}")
     if k is not None and p is None:  # the kernel's own radix select: the k-th largest value's key
         kth = theirs["after_min_p"].sort(descending=True, stable=True).values[k - 1 : k]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up a development environment in ./.venv (or $KOG_VENV): vLLM 0.26.0 with its torch 2.11.0 (CUDA 13.0
-# build), kog_backend in editable mode with its test extras, and the CUDA extension kog_backend/_C built in place
-# with nvcc for sm_90a. Needs Python >= 3.10 and nvcc 13.x (CUDA_HOME, default /usr/local/cuda); no GPU needed.
+# build), kog_backend in editable mode with its test extras, and the CUDA extensions kog_backend/_C (and the
+# test-only kog_backend/_C_test, unless KOG_BUILD_TEST_EXT=0) built in place with nvcc for sm_90a. Needs
+# Python >= 3.10 and nvcc 13.x (CUDA_HOME, default /usr/local/cuda); no GPU needed.
 # Safe to re-run: installed packages are kept and the extension build is incremental.
 #
 # Environment:
@@ -45,7 +46,7 @@ if [ "${KOG_BUILD_EXT:-1}" != "0" ]; then
     echo "setup: nvcc not found at $CUDA_HOME/bin/nvcc (set CUDA_HOME, or KOG_BUILD_EXT=0 to skip the extension)" >&2
     exit 1
   fi
-  step "CUDA extension kog_backend/_C for sm_${KOG_CUDA_ARCH:-90a} ($("$CUDA_HOME/bin/nvcc" --version | tail -1))"
+  step "CUDA extensions kog_backend/_C and _C_test for sm_${KOG_CUDA_ARCH:-90a} ($("$CUDA_HOME/bin/nvcc" --version | tail -1))"
   (cd "$ROOT" && "$PY" setup.py build_ext --inplace)
   ls -l "$ROOT"/kog_backend/_C*.so
 fi

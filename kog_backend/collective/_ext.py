@@ -15,7 +15,7 @@ REQUIRED_OPS = ("allreduce", "allreduce_init", "allreduce_dispose", "allreduce_l
 
 def extension_path() -> str | None:
     pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    found = sorted(glob.glob(os.path.join(pkg, "_C*.so")))
+    found = sorted(glob.glob(os.path.join(pkg, "_C.*so")))  # not the test-only _C_test
     return found[0] if found else None
 
 

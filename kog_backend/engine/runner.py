@@ -421,8 +421,9 @@ class KogModelRunner(GPUModelRunnerV2):
         plan = self._kog_mk.plan
         side = torch.cuda.Stream(self.device)
         with torch.cuda.stream(side):  # half the SMs, each block with the most shared memory a block may have
-            ops.ops().hold_sms_test(self._kog_hold_release, max(1, plan.grid // 2), plan.smem_bytes, 50,
-                                    self.device.index or 0)
+            # the test-only extension kog_backend._C_test (raises with its load reason when it is not built)
+            ops.kog_test_ops().hold_sms_test(self._kog_hold_release, max(1, plan.grid // 2), plan.smem_bytes, 50,
+                                             self.device.index or 0)
         return None
 
     def _kog_burst_reason(self, request: _KogRequest) -> str | None:

@@ -176,148 +176,140 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
     if (tid == 0) red_relaxed_add(counter(ctrs, ctr_kv), 1u);
     return;
   }
-#ifdef KOG_BENCH_SALT_MID  // diagnostics build: a never-run branch over KOG_BENCH_SALT_MID sleeps; ptxas then
-                           // schedules the whole kernel anew (a sample of how much its choices alone move the step,
-                           // docs/tuning.md)
-  if (nh < 0) {
-#pragma unroll
-    for (int i = 0; i < KOG_BENCH_SALT_MID; ++i) asm volatile("nanosleep.u32 0;");
-  }
-#endif
+  if constexpr (diag::kSaltMid > 0) diag::salt_mid(nh < 0);  // (diagnostics.cuh)
 
   float* qs = work;                 // [HP][D]    rotated q of this pass
   float* wm = qs + HP * D;          // [W][HP]    per-warp running max
   float* wl = wm + W * HP;          // [W][HP]    per-warp sum
   float* wacc = wl + W * HP;        // [W][HP][D] per-warp accumulator
 
-#ifndef KOG_BENCH_NO_ATTN  // diagnostics build: the hand-offs only, no attention work (timing only, wrong results)
-  if (task.owner && warp == W - 1) {
-    float y[E];
-    const bf16* knorm = m.qk_norm ? L.k_norm : nullptr;
-    const int64_t off = (slot / bs) * s_blk + (slot % bs) * s_pos + kvh * s_head;
-    uint16_t* kdst = reinterpret_cast<uint16_t*>(L.k_cache + off);
-    uint16_t* vdst = reinterpret_cast<uint16_t*>(L.v_cache + off);
-    uint16_t v[E];
-    if constexpr (kTagged) {
-      qk_norm_rope_warp<D, true>(qkv_t + q_size + kvh * D, knorm, eps, cs_row, y, tag, ctrs);
-      tagged_lane_words<E>(qkv_t + q_size + kv_size + kvh * D, lane, tag, ctrs, v);
-    } else {
-      qk_norm_rope_warp<D>(L.qkv_out + q_size + kvh * D, knorm, eps, cs_row, y);
-      const uint16_t* vsrc = reinterpret_cast<const uint16_t*>(L.qkv_out + q_size + kv_size + kvh * D);
-#pragma unroll
-      for (int e = 0; e < E; ++e) v[e] = ld_cg_u16(vsrc + lane + 32 * e);
-    }
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-      kdst[lane + 32 * e] = f2bf_bits(y[e]);
-      vdst[lane + 32 * e] = v[e];
-    }
-  }
-  // (The barrier after the q pass below orders these cache writes before this block's reads of `pos`.)
-
-  for (int hb = 0; hb < g; hb += HP) {
-    const int hp = min(HP, g - hb);
-    if (warp < hp) {
-      const int head = kvh * g + hb + warp;
+  if constexpr (!diag::kNoAttn) {  // (diagnostics.cuh: a build with the hand-offs only)
+    if (task.owner && warp == W - 1) {
       float y[E];
-      const bf16* qnorm = m.qk_norm ? L.q_norm : nullptr;
+      const bf16* knorm = m.qk_norm ? L.k_norm : nullptr;
+      const int64_t off = (slot / bs) * s_blk + (slot % bs) * s_pos + kvh * s_head;
+      uint16_t* kdst = reinterpret_cast<uint16_t*>(L.k_cache + off);
+      uint16_t* vdst = reinterpret_cast<uint16_t*>(L.v_cache + off);
+      uint16_t v[E];
       if constexpr (kTagged) {
-        qk_norm_rope_warp<D, true>(qkv_t + head * D, qnorm, eps, cs_row, y, tag, ctrs);
+        qk_norm_rope_warp<D, true>(qkv_t + q_size + kvh * D, knorm, eps, cs_row, y, tag, ctrs);
+        tagged_lane_words<E>(qkv_t + q_size + kv_size + kvh * D, lane, tag, ctrs, v);
       } else {
-        qk_norm_rope_warp<D>(L.qkv_out + head * D, qnorm, eps, cs_row, y);
+        qk_norm_rope_warp<D>(L.qkv_out + q_size + kvh * D, knorm, eps, cs_row, y);
+        const uint16_t* vsrc = reinterpret_cast<const uint16_t*>(L.qkv_out + q_size + kv_size + kvh * D);
+#pragma unroll
+        for (int e = 0; e < E; ++e) v[e] = ld_cg_u16(vsrc + lane + 32 * e);
       }
 #pragma unroll
       for (int e = 0; e < E; ++e) {
-        qs[warp * D + lane + 32 * e] = y[e];
-        if (task.split == 0) reinterpret_cast<uint16_t*>(L.q_out)[head * D + lane + 32 * e] = f2bf_bits(y[e]);
+        kdst[lane + 32 * e] = f2bf_bits(y[e]);
+        vdst[lane + 32 * e] = v[e];
       }
     }
-    consumer_sync();
-    if (hb == 0 && tid == 0) tr.mark(t, l, kEvAttnQ);
+    // (The barrier after the q pass below orders these cache writes before this block's reads of `pos`.)
 
-    float q[HP][8], mrun[HP], lrun[HP], acc[HP][8];
+    for (int hb = 0; hb < g; hb += HP) {
+      const int hp = min(HP, g - hb);
+      if (warp < hp) {
+        const int head = kvh * g + hb + warp;
+        float y[E];
+        const bf16* qnorm = m.qk_norm ? L.q_norm : nullptr;
+        if constexpr (kTagged) {
+          qk_norm_rope_warp<D, true>(qkv_t + head * D, qnorm, eps, cs_row, y, tag, ctrs);
+        } else {
+          qk_norm_rope_warp<D>(L.qkv_out + head * D, qnorm, eps, cs_row, y);
+        }
 #pragma unroll
-    for (int i = 0; i < HP; ++i) {
-      mrun[i] = -INFINITY;
-      lrun[i] = 0.f;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        q[i][e] = i < hp ? qs[i * D + sub * 8 + e] : 0.f;
-        acc[i][e] = 0.f;
+        for (int e = 0; e < E; ++e) {
+          qs[warp * D + lane + 32 * e] = y[e];
+          if (task.split == 0) reinterpret_cast<uint16_t*>(L.q_out)[head * D + lane + 32 * e] = f2bf_bits(y[e]);
+        }
       }
-    }
+      consumer_sync();
+      if (hb == 0 && tid == 0) tr.mark(t, l, kEvAttnQ);
 
-    if (task.end - task.start <= MonoConfig::kAttnShortLen) {
-      attend_positions<D, kShortU, HP>(L, task, block_table, bt_len, bt_s, bs, s_blk, s_pos, s_head, kvh, hp, scale, q,
-                                   mrun, lrun, acc);
-    } else {
-      attend_positions<D, U, HP>(L, task, block_table, bt_len, bt_s, bs, s_blk, s_pos, s_head, kvh, hp, scale, q, mrun,
-                             lrun, acc);
-    }
-
-    // Merge the PPW position groups of each warp (lanes with equal `sub`).
-#pragma unroll
-    for (int off = LPP; off < 32; off <<= 1) {
+      float q[HP][8], mrun[HP], lrun[HP], acc[HP][8];
 #pragma unroll
       for (int i = 0; i < HP; ++i) {
-        const float mo = __shfl_xor_sync(0xffffffffu, mrun[i], off);
-        const float lo = __shfl_xor_sync(0xffffffffu, lrun[i], off);
-        const float mn = fmaxf(mrun[i], mo);
-        const float c1 = exp2_or_zero(mrun[i], mn), c2 = exp2_or_zero(mo, mn);
-        lrun[i] = lrun[i] * c1 + lo * c2;
+        mrun[i] = -INFINITY;
+        lrun[i] = 0.f;
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
-          const float ao = __shfl_xor_sync(0xffffffffu, acc[i][e], off);
-          acc[i][e] = acc[i][e] * c1 + ao * c2;
-        }
-        mrun[i] = mn;
-      }
-    }
-    if (lane < LPP) {
-#pragma unroll
-      for (int i = 0; i < HP; ++i) {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) wacc[(warp * HP + i) * D + sub * 8 + e] = acc[i][e];
-        if (lane == 0) {
-          wm[warp * HP + i] = mrun[i];
-          wl[warp * HP + i] = lrun[i];
+          q[i][e] = i < hp ? qs[i * D + sub * 8 + e] : 0.f;
+          acc[i][e] = 0.f;
         }
       }
-    }
-    consumer_sync();
-    if (hb == 0 && tid == 0) tr.mark(t, l, kEvAttnKV);
 
-    // Merge the warps; write this split's partial for each head of the pass.
-    for (int idx = tid; idx < hp * D; idx += MonoConfig::kConsumerThreads) {
-      const int i = idx / D, d = idx - (idx / D) * D;
-      float M = -INFINITY;
+      if (task.end - task.start <= MonoConfig::kAttnShortLen) {
+        attend_positions<D, kShortU, HP>(L, task, block_table, bt_len, bt_s, bs, s_blk, s_pos, s_head, kvh, hp, scale,
+                                         q, mrun, lrun, acc);
+      } else {
+        attend_positions<D, U, HP>(L, task, block_table, bt_len, bt_s, bs, s_blk, s_pos, s_head, kvh, hp, scale, q,
+                                   mrun, lrun, acc);
+      }
+
+      // Merge the PPW position groups of each warp (lanes with equal `sub`).
 #pragma unroll
-      for (int w = 0; w < W; ++w) M = fmaxf(M, wm[w * HP + i]);
-      float A = 0.f, Ls = 0.f;
+      for (int off = LPP; off < 32; off <<= 1) {
 #pragma unroll
-      for (int w = 0; w < W; ++w) {
-        const float c = exp2_or_zero(wm[w * HP + i], M);
-        A = fmaf(c, wacc[(w * HP + i) * D + d], A);
-        Ls = fmaf(c, wl[w * HP + i], Ls);
+        for (int i = 0; i < HP; ++i) {
+          const float mo = __shfl_xor_sync(0xffffffffu, mrun[i], off);
+          const float lo = __shfl_xor_sync(0xffffffffu, lrun[i], off);
+          const float mn = fmaxf(mrun[i], mo);
+          const float c1 = exp2_or_zero(mrun[i], mn), c2 = exp2_or_zero(mo, mn);
+          lrun[i] = lrun[i] * c1 + lo * c2;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            const float ao = __shfl_xor_sync(0xffffffffu, acc[i][e], off);
+            acc[i][e] = acc[i][e] * c1 + ao * c2;
+          }
+          mrun[i] = mn;
+        }
       }
-      const int head = kvh * g + hb + i;
-      if (task.single) {  // the one partial is final: out = A / L, as combining it alone would give
-        const float o = A / Ls;
-        reinterpret_cast<uint16_t*>(L.attn_out)[head * D + d] = f2bf_bits(o);
-        if constexpr (kTagged) st_relaxed_u32(attn_t + head * D + d, tagged_word(tag, o));
-        continue;
+      if (lane < LPP) {
+#pragma unroll
+        for (int i = 0; i < HP; ++i) {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) wacc[(warp * HP + i) * D + sub * 8 + e] = acc[i][e];
+          if (lane == 0) {
+            wm[warp * HP + i] = mrun[i];
+            wl[warp * HP + i] = lrun[i];
+          }
+        }
       }
-      L.attn_acc[(static_cast<size_t>(head) * S + task.split) * D + d] = A;
-      if (d == 0) {
-        L.attn_ml[(static_cast<size_t>(head) * S + task.split) * 2] = M;
-        L.attn_ml[(static_cast<size_t>(head) * S + task.split) * 2 + 1] = Ls;
+      consumer_sync();
+      if (hb == 0 && tid == 0) tr.mark(t, l, kEvAttnKV);
+
+      // Merge the warps; write this split's partial for each head of the pass.
+      for (int idx = tid; idx < hp * D; idx += MonoConfig::kConsumerThreads) {
+        const int i = idx / D, d = idx - (idx / D) * D;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < W; ++w) M = fmaxf(M, wm[w * HP + i]);
+        float A = 0.f, Ls = 0.f;
+#pragma unroll
+        for (int w = 0; w < W; ++w) {
+          const float c = exp2_or_zero(wm[w * HP + i], M);
+          A = fmaf(c, wacc[(w * HP + i) * D + d], A);
+          Ls = fmaf(c, wl[w * HP + i], Ls);
+        }
+        const int head = kvh * g + hb + i;
+        if (task.single) {  // the one partial is final: out = A / L, as combining it alone would give
+          const float o = A / Ls;
+          reinterpret_cast<uint16_t*>(L.attn_out)[head * D + d] = f2bf_bits(o);
+          if constexpr (kTagged) st_relaxed_u32(attn_t + head * D + d, tagged_word(tag, o));
+          continue;
+        }
+        L.attn_acc[(static_cast<size_t>(head) * S + task.split) * D + d] = A;
+        if (d == 0) {
+          L.attn_ml[(static_cast<size_t>(head) * S + task.split) * 2] = M;
+          L.attn_ml[(static_cast<size_t>(head) * S + task.split) * 2 + 1] = Ls;
+        }
       }
+      consumer_sync();
+      if (hb == 0 && tid == 0) tr.mark(t, l, kEvAttnPart);
     }
-    consumer_sync();
-    if (hb == 0 && tid == 0) tr.mark(t, l, kEvAttnPart);
   }
-
-#endif  // KOG_BENCH_NO_ATTN
   if (task.single) {
     if (tid == 0) red_relaxed_add(counter(ctrs, ctr_kv), 1u);
     signal_done(ctrs, ctr_done, kTagged);
@@ -325,8 +317,8 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
   }
   // Publish this split; the last of kv head h's S splits combines (its acquire covers the other splits' writes).
   if (tid == 0) {
-    const uint32_t old = (KOG_BENCH_RELAXED_MASK & kRelaxAttn) != 0 ? atom_relaxed_add(counter(ctrs, ctr_kv), 1u)
-                                                                     : atom_acq_rel_add(counter(ctrs, ctr_kv), 1u);
+    const uint32_t old = diag::relaxed(kRelaxAttn) ? atom_relaxed_add(counter(ctrs, ctr_kv), 1u)
+                                                   : atom_acq_rel_add(counter(ctrs, ctr_kv), 1u);
     bcast[0] = (old + 1u == (epoch + 1u) * static_cast<uint32_t>(S)) ? 1 : 0;
   }
   consumer_sync();
@@ -336,44 +328,44 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
   // time, docs/tuning.md). Within a batch: M_b = max m_j, then sums in split order; batches merge with the
   // usual rescaling (S <= kCombineBatch: exactly reference.combine_splits' formula).
   constexpr int kB = MonoConfig::kCombineBatch;
-#ifndef KOG_BENCH_NO_ATTN
-  for (int idx = tid; idx < g * D; idx += MonoConfig::kConsumerThreads) {
-    const int i = idx / D, d = idx - (idx / D) * D;
-    const int head = kvh * g + i;
-    const float* ml = L.attn_ml + static_cast<size_t>(head) * S * 2;
-    const float* ac = L.attn_acc + static_cast<size_t>(head) * S * D + d;
-    float M = -INFINITY, num = 0.f, den = 0.f;
-    for (int j0 = 0; j0 < S; j0 += kB) {
-      float mj[kB], lj[kB], aj[kB];
+  if constexpr (!diag::kNoAttn) {
+    for (int idx = tid; idx < g * D; idx += MonoConfig::kConsumerThreads) {
+      const int i = idx / D, d = idx - (idx / D) * D;
+      const int head = kvh * g + i;
+      const float* ml = L.attn_ml + static_cast<size_t>(head) * S * 2;
+      const float* ac = L.attn_acc + static_cast<size_t>(head) * S * D + d;
+      float M = -INFINITY, num = 0.f, den = 0.f;
+      for (int j0 = 0; j0 < S; j0 += kB) {
+        float mj[kB], lj[kB], aj[kB];
 #pragma unroll
-      for (int u = 0; u < kB; ++u) {
-        const bool in = j0 + u < S;
-        mj[u] = in ? ld_cg_f32(ml + 2 * (j0 + u)) : -INFINITY;
-        lj[u] = in ? ld_cg_f32(ml + 2 * (j0 + u) + 1) : 0.f;
-        aj[u] = in ? ld_cg_f32(ac + static_cast<size_t>(j0 + u) * D) : 0.f;
-      }
-      float mb = -INFINITY;
+        for (int u = 0; u < kB; ++u) {
+          const bool in = j0 + u < S;
+          mj[u] = in ? ld_cg_f32(ml + 2 * (j0 + u)) : -INFINITY;
+          lj[u] = in ? ld_cg_f32(ml + 2 * (j0 + u) + 1) : 0.f;
+          aj[u] = in ? ld_cg_f32(ac + static_cast<size_t>(j0 + u) * D) : 0.f;
+        }
+        float mb = -INFINITY;
 #pragma unroll
-      for (int u = 0; u < kB; ++u) mb = fmaxf(mb, mj[u]);
-      if (mb == -INFINITY) continue;
-      if (mb > M) {
-        const float c = exp2_or_zero(M, mb);
-        num *= c;
-        den *= c;
-        M = mb;
-      }
+        for (int u = 0; u < kB; ++u) mb = fmaxf(mb, mj[u]);
+        if (mb == -INFINITY) continue;
+        if (mb > M) {
+          const float c = exp2_or_zero(M, mb);
+          num *= c;
+          den *= c;
+          M = mb;
+        }
 #pragma unroll
-      for (int u = 0; u < kB; ++u) {
-        const float c = exp2_or_zero(mj[u], M);
-        den = fmaf(c, lj[u], den);
-        num = fmaf(c, aj[u], num);
+        for (int u = 0; u < kB; ++u) {
+          const float c = exp2_or_zero(mj[u], M);
+          den = fmaf(c, lj[u], den);
+          num = fmaf(c, aj[u], num);
+        }
       }
+      const float o = num / den;
+      reinterpret_cast<uint16_t*>(L.attn_out)[head * D + d] = f2bf_bits(o);
+      if constexpr (kTagged) st_relaxed_u32(attn_t + head * D + d, tagged_word(tag, o));
     }
-    const float o = num / den;
-    reinterpret_cast<uint16_t*>(L.attn_out)[head * D + d] = f2bf_bits(o);
-    if constexpr (kTagged) st_relaxed_u32(attn_t + head * D + d, tagged_word(tag, o));
   }
-#endif  // KOG_BENCH_NO_ATTN
   signal_done(ctrs, ctr_done, kTagged);
 }
 

@@ -79,21 +79,15 @@ __device__ __forceinline__ void gemv_partial(const bf16* w_s, const bf16* x_s, i
     const uint4* w0 = reinterpret_cast<const uint4*>(w_s + static_cast<size_t>(unit) * K);
     const uint4* w1 = reinterpret_cast<const uint4*>(w_s + static_cast<size_t>(nu + unit) * K);
     const uint4* xv = reinterpret_cast<const uint4*>(x_s);
-#ifdef KOG_BENCH_NO_MATH  // diagnostics build: the chunk's dot products are skipped (timing only, wrong results)
-    const int vend = v0;
-#else
-    const int vend = v1;
-#endif
+    const int vend = diag::kNoMath ? v0 : v1;  // (diagnostics.cuh)
 #pragma unroll 4
     for (int v = v0 + lane; v < vend; v += 32) {
       const uint4 x = xv[v];
       a0 = dot8(w0[v], x, a0);
       if constexpr (kPair) a1 = dot8(w1[v], x, a1);
     }
-#ifndef KOG_BENCH_NO_REDUCE  // diagnostics build: no warp sums (timing only, wrong results)
     a0 = warp_sum(a0);
     if constexpr (kPair) a1 = warp_sum(a1);
-#endif
   }
 }
 

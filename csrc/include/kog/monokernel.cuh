@@ -126,9 +126,6 @@ __device__ __forceinline__ void prefetch_chunk_l2(const Chunk& ch) {
 // anywhere has all its chunks in its ring and, by induction over the schedule, all its inputs on their way.
 template <bool kTP>
 __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader& hdr, uint8_t* ring) {
-#ifdef KOG_BENCH_NO_RING_SYNC  // diagnostics build: no loader at all, consumers never wait for a slot (timing only)
-  return;
-#endif
   const uint64_t policy = l2_evict_first_policy();
   const int ns = static_cast<int>(m.num_slots);
   const size_t slot_bytes = static_cast<size_t>(m.slot_bytes);
@@ -201,15 +198,14 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
       }
       mbar_wait(&hdr.full[ps], pp, ctrs, kSiteFull);
     }
-#ifdef KOG_BENCH_NO_COPY  // diagnostics build: slots are marked full without copying (timing only, wrong results)
-    mbar_arrive(&hdr.full[slot]);
-    (void)K, (void)nu, (void)policy;
-#else
-    mbar_arrive_expect_tx(&hdr.full[slot], ch.bytes0 + ch.bytes1);
-    uint8_t* dst = ring + static_cast<size_t>(slot) * slot_bytes;
-    bulk_copy_g2s(dst, ch.src0, ch.bytes0, &hdr.full[slot], policy);
-    if (ch.bytes1 != 0) bulk_copy_g2s(dst + pair_offset_bytes(K, nu), ch.src1, ch.bytes1, &hdr.full[slot], policy);
-#endif
+    if constexpr (diag::kNoCopy) {  // (diagnostics.cuh) the slot marked full, nothing copied
+      mbar_arrive(&hdr.full[slot]);
+    } else {
+      mbar_arrive_expect_tx(&hdr.full[slot], ch.bytes0 + ch.bytes1);
+      uint8_t* dst = ring + static_cast<size_t>(slot) * slot_bytes;
+      bulk_copy_g2s(dst, ch.src0, ch.bytes0, &hdr.full[slot], policy);
+      if (ch.bytes1 != 0) bulk_copy_g2s(dst + pair_offset_bytes(K, nu), ch.src1, ch.bytes1, &hdr.full[slot], policy);
+    }
     if (++slot == ns) {
       slot = 0;
       phase ^= 1u;
@@ -276,9 +272,7 @@ __device__ __forceinline__ void consume_stage(const ModelArgs& m, SmemHeader& hd
   uint32_t* const ctrs = m.counters;
   for (int c = c0, j = 0; c < n; c += G, ++j) {
     const int jb = j & (F - 1);  // this chunk's place in its batch
-#ifndef KOG_BENCH_NO_RING_SYNC
     mbar_wait(&hdr.full[ring.slot], ring.phase, ctrs, kSiteFull);
-#endif
     if (landed_ev >= 0 && c + G >= n && threadIdx.x == 0) tr.mark(t, l, landed_ev);
     const bf16* w_s = reinterpret_cast<const bf16*>(ring.base + static_cast<size_t>(ring.slot) * ring.slot_bytes);
     float a0, a1;
@@ -309,9 +303,7 @@ __device__ __forceinline__ void consume_stage(const ModelArgs& m, SmemHeader& hd
             v0 += eb.v[cb][0][w0 + p];
             if constexpr (kPair) v1 += eb.v[cb][1][w0 + p];
           }
-#ifndef KOG_BENCH_NO_EPILOGUE  // diagnostics build: no per-unit epilogue (timing only, wrong results)
           epi(r, (jj << nu_log2) + unit, v0, v1);
-#endif
         }
       }
       ring.parity ^= 1;
@@ -363,11 +355,8 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
   const bool tagged_gu = C::kTaggedBuild && !kTP && (m.tagged_handoffs & kTaggedGateUp) != 0;
   // QKV -> attention and attention -> O through tagged words (tagged.cuh; TP=1 only): no release, no counter wait.
   constexpr bool tagged_qkv = tagged_attention_chain<kTP>();
-#ifdef KOG_BENCH_NO_ATTN  // (that diagnostics build writes no attention output, so the O stage waits on counters)
-  constexpr bool tagged_attn = false;
-#else
-  constexpr bool tagged_attn = tagged_qkv;
-#endif
+  // (A diagnostics build without attention work writes no attention output: its O stage waits on counters.)
+  constexpr bool tagged_attn = tagged_qkv && !diag::kNoAttn;
 
   const Tracer tr(m);
   // After a hand-off's release: its schedule position for the loader's hold (handoff_hold.cuh), its timeline mark.
@@ -795,11 +784,7 @@ __global__ void __launch_bounds__(MonoConfig::kThreads, 1) monokernel_kernel(con
   const ModelArgs& m = *step.model;
   // This block runs: waits of the other blocks tell a grid that is not all resident by this count (sync.cuh).
   if (threadIdx.x == 0) red_relaxed_add(counter(m.counters, kCtrStarted), 1u);
-#ifdef KOG_BENCH_SALT  // diagnostics build: KOG_BENCH_SALT zero-length sleeps here move every instruction after them
-                       // by 16 B each (the placement-spread test, docs/tuning.md)
-#pragma unroll
-  for (int i = 0; i < KOG_BENCH_SALT; ++i) asm volatile("nanosleep.u32 0;");
-#endif
+  if constexpr (diag::kSalt > 0) diag::salt();  // (diagnostics.cuh)
   const int ns = static_cast<int>(m.num_slots);
   if (threadIdx.x >= 32 && threadIdx.x < 32 + MonoConfig::kMaxTP) {
     hdr.tp_delta[threadIdx.x - 32] = m.tp_delta[threadIdx.x - 32];

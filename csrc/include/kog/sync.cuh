@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kog/config.cuh"
+#include "kog/diagnostics.cuh"
 
 namespace kog {
 
@@ -187,20 +188,14 @@ __device__ __forceinline__ void consumer_wait(uint32_t* ctrs, int index, uint32_
   consumer_sync();
 }
 
-// Diagnostics builds (-DKOG_BENCH_RELAXED_MASK=bits): the hand-offs whose bit is set signal without their release,
-// so without its fence (timing only: readers may see stale data). Bits: kRelax* below.
-#ifndef KOG_BENCH_RELAXED_MASK
-#define KOG_BENCH_RELAXED_MASK 0
-#endif
-constexpr int kRelaxQKV = 1, kRelaxAttn = 2, kRelaxO = 4, kRelaxGU = 8, kRelaxDown = 16;
-
 // Every consumer thread's prior global writes, then one release-add by thread 0: the barrier orders the other
-// threads' writes before thread 0's release (release is cumulative over causality order).
+// threads' writes before thread 0's release (release is cumulative over causality order). kRelaxBit names the
+// hand-off for a diagnostics build that signals it without the release (diagnostics.cuh, kRelax*).
 template <int kRelaxBit = 0>
 __device__ __forceinline__ void consumer_signal(uint32_t* ctrs, int index, uint32_t amount) {
   consumer_sync();
   if (threadIdx.x == 0) {
-    if constexpr ((KOG_BENCH_RELAXED_MASK & kRelaxBit) != 0) {
+    if constexpr (diag::relaxed(kRelaxBit)) {
       red_relaxed_add(counter(ctrs, index), amount);
     } else {
       red_release_add(counter(ctrs, index), amount);

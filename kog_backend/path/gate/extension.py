@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 REASONS = {
-    "not_built": "kog_backend._C is not built (python setup.py build_ext --inplace)",
-    "load_failed": "kog_backend._C at {path} failed to load: {error}",
-    "no_version_op": "kog_backend._C has no usable version op: {error}",
-    "version": "kog_backend._C is version {version}, this package expects {expected} (rebuild the extension)",
+    # {name}: _C, or _C_test (the test-only extension, csrc/testing/; GPU tests and inject_fault="hold_sms")
+    "not_built": "kog_backend.{name} is not built (python setup.py build_ext --inplace)",
+    "load_failed": "kog_backend.{name} at {path} failed to load: {error}",
+    "no_version_op": "kog_backend.{name} has no usable version op: {error}",
+    "version": "kog_backend.{name} is version {version}, this package expects {expected} (rebuild the extension)",
     "no_step_op": "kog_backend._C has no monokernel_step op (stale build)",
     "no_layout_op": "kog_backend._C has no monokernel_layout / monokernel_config op (stale build): rebuild it",
     "layout": "kog_backend._C was built from other sources (its argument-table layout differs from this "
@@ -23,22 +24,22 @@ REASONS = {
 }
 
 
-def not_built_reason(path: str | None) -> str | None:
+def not_built_reason(path: str | None, name: str = "_C") -> str | None:
     """path: the extension file found next to the package, or None."""
-    return REASONS["not_built"] if path is None else None
+    return REASONS["not_built"].format(name=name) if path is None else None
 
 
-def load_failed_reason(path: str, error: Any) -> str:
-    return REASONS["load_failed"].format(path=path, error=error)
+def load_failed_reason(path: str, error: Any, name: str = "_C") -> str:
+    return REASONS["load_failed"].format(name=name, path=path, error=error)
 
 
-def version_op_reason(error: Any) -> str:
-    return REASONS["no_version_op"].format(error=error)
+def version_op_reason(error: Any, name: str = "_C") -> str:
+    return REASONS["no_version_op"].format(name=name, error=error)
 
 
-def version_reason(version: int, expected: int) -> str | None:
+def version_reason(version: int, expected: int, name: str = "_C") -> str | None:
     if version != expected:
-        return REASONS["version"].format(version=version, expected=expected)
+        return REASONS["version"].format(name=name, version=version, expected=expected)
     return None
 
 

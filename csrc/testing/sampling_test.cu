@@ -11,7 +11,7 @@
 
 #include "kog/philox.cuh"
 #include "kog/sampling.cuh"
-#include "ops.h"
+#include "test_ops.h"
 
 namespace kog {
 namespace {

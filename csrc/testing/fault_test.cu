@@ -8,7 +8,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include "ops.h"
+#include "test_ops.h"
 
 namespace kog {
 namespace {
