@@ -166,7 +166,7 @@ class KogModelRunner(GPUModelRunnerV2):
             cache = getattr(layer.self_attn.attn, "kv_cache", None)
             if isinstance(cache, (list, tuple)):
                 cache = cache[0]
-            reason = kv_gate.layer_reason(len(caches), cache) or kv_gate.layout_reason(
+            reason = kv_gate.layer_reason(len(caches), cache) or kv_gate.served_layout_reason(
                 cache, self._kog_weights.shape.head_dim
             )
             if reason is not None:

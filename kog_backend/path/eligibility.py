@@ -8,7 +8,7 @@ from kog_backend.path.gate.burst import BURST_REASONS, request_single_token_reas
 from kog_backend.path.gate.request import KOG_PATH_FEATURES, REQUEST_FEATURES, request_unsupported_reason
 from kog_backend.path.gate.server import SERVER_FEATURES, server_unsupported_reason
 from kog_backend.path.gate.kv_cache import TESTED_BLOCK_SIZES
-from kog_backend.path.gate.kv_cache import layout_reason as kv_cache_unsupported_reason
+from kog_backend.path.gate.kv_cache import served_layout_reason as kv_cache_unsupported_reason
 from kog_backend.path.gate.step import MAX_TESTED_CONTEXT, STEP_REASONS, step_unsupported_reason
 
 __all__ = [

@@ -45,15 +45,25 @@ def layer_reason(layer: int, cache: Any) -> str | None:
 
 def layout_reason(cache: Any, head_dim: int) -> str | None:
     """vLLM's flash layout (FLASH_ATTN, TRITON_ATTN), logical [num_blocks, num_kv_heads, block_size, 2 * head_dim],
-    in NHD memory order ([blocks][block_size][kv_heads][2D], vLLM's default) or HND ([blocks][kv_heads][block_size]
-    [2D], VLLM_KV_CACHE_LAYOUT=HND) within a block, a block stride of at least one page (vLLM pads or packs pages
-    for some configurations; the kernel reads the stride), and a block size in TESTED_BLOCK_SIZES. Element units
-    (bf16). model_spec.kv_cache_view reads the strides."""
-    shape = tuple(cache.shape)
-    if len(shape) != 4 or shape[3] != 2 * head_dim:
-        return REASONS["layout"].format(shape=shape, head_dim=head_dim)
+    whose head dimension is contiguous (model_spec.kv_cache_view reads every other stride; the torch step reads
+    any such cache)."""
+    if cache.dim() != 4 or cache.shape[-1] != 2 * head_dim:
+        return REASONS["layout"].format(shape=tuple(cache.shape), head_dim=head_dim)
     if cache.stride(-1) != 1:
         return REASONS["head_dim_strided"]
+    return None
+
+
+def served_layout_reason(cache: Any, head_dim: int) -> str | None:
+    """What a server's KV cache must be for the kog path (the runner checks every layer): layout_reason's flash
+    layout, in NHD memory order ([blocks][block_size][kv_heads][2D], vLLM's default) or HND ([blocks][kv_heads]
+    [block_size][2D], VLLM_KV_CACHE_LAYOUT=HND) within a block, a block stride of at least one page (vLLM pads or
+    packs pages for some configurations; the kernel reads the stride), and a block size in TESTED_BLOCK_SIZES.
+    Element units (bf16)."""
+    reason = layout_reason(cache, head_dim)
+    if reason is not None:
+        return reason
+    shape = tuple(cache.shape)
     _, nkv, bs, d2 = shape
     strides = tuple(cache.stride())
     nhd, hnd = (d2, nkv * d2, 1), (bs * d2, d2, 1)
