@@ -17,7 +17,7 @@ import torch
 from kog_backend import ops as kog_ops
 from kog_backend.monokernel import layout
 from kog_backend.monokernel.plan import Plan, lm_rows, make_plan
-from kog_backend.monokernel.tp import tp_buffer_layout
+from kog_backend.monokernel.tp_layout import tp_buffer_layout
 from kog_backend.path.gate import monokernel as gate
 from kog_backend.path.gate.monokernel import unsupported_reason
 from kog_backend.path.model_spec import DecoderWeights
@@ -44,7 +44,7 @@ class Monokernel:
     ):
         """sm_count: blocks to launch (default: every SM; ranks sharing one GPU under MPS take a share each).
         tp_buffer: at tensor parallelism, this rank's kog_backend.collective.ipc.SharedBuffer of at least
-        tp.tp_buffer_layout(shape, world).nbytes, created by every rank of the group; weights.embed must then be the
+        tp_layout.tp_buffer_layout(shape, world).nbytes, created by every rank of the group; weights.embed must then be the
         whole embedding table (the kernel reads any token's row), the other weights vLLM's shards."""
         device = torch.device(device)
         if device.index is None:
