@@ -266,7 +266,7 @@ def test_split_attention_matches_softmax(ctx, splits, gqa):
 
 transformers = pytest.importorskip("transformers")
 
-BLOCK_SIZE = 4
+BLOCK_SIZE = 16  # the smallest block size the KV-cache gate takes (gate/kv_cache.TESTED_BLOCK_SIZES)
 
 
 def _tiny_weights(arch, head_dim, gqa, tied, dtype):
@@ -346,7 +346,7 @@ def test_expected_from_kernel_is_exact_on_reference_buffers():
     _, weights = _tiny_weights("qwen3", 64, 2, False, torch.bfloat16)
     caches = _paged_caches(weights.shape, 8, torch.bfloat16)
     block_table = torch.tensor([3, 5, 1, 7, 0, 0, 0, 0], dtype=torch.int32)
-    for pos in range(9):
+    for pos in range(2 * BLOCK_SIZE + 3):  # crosses two block boundaries
         slot = int(block_table[pos // BLOCK_SIZE]) * BLOCK_SIZE + pos % BLOCK_SIZE
         tok = (pos * 37) % 503
         r = reference.reference_step(weights, caches, tok, pos, slot, block_table, 4)
