@@ -17,7 +17,7 @@ from hf_models import tiny_hf_model, weights_from_hf  # noqa: E402
 from kog_backend.path import model_spec  # noqa: E402
 from kog_backend.reference import torch_step  # noqa: E402
 
-BLOCK_SIZE = 4
+BLOCK_SIZE = 16  # the smallest block size the KV-cache gate takes (gate/kv_cache.TESTED_BLOCK_SIZES)
 
 
 def _paged_caches(shape: model_spec.DecoderShape, num_blocks: int, dtype: torch.dtype) -> list[torch.Tensor]:
@@ -38,7 +38,7 @@ def _paged_caches(shape: model_spec.DecoderShape, num_blocks: int, dtype: torch.
 def test_decode_matches_hf(arch, head_dim, gqa, tied, dtype, rtol):
     hf = tiny_hf_model(arch, head_dim, gqa, tied, vocab_size=500, intermediate_size=192)
     cfg = hf.config
-    seq_len = 19  # crosses several blocks, ends mid-block
+    seq_len = 2 * BLOCK_SIZE + 3  # crosses two blocks, ends mid-block
     tokens = torch.randint(0, cfg.vocab_size, (seq_len,))
     with torch.no_grad():
         ref = hf(tokens[None]).logits[0].float()  # [T, V]
