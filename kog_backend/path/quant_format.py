@@ -106,7 +106,8 @@ def weight_format(qcfg: Mapping[str, Any] | None, method: str | None = None) -> 
         return _fp8_method(qcfg, online=not qcfg)
     if quant_method == "compressed-tensors":
         return _compressed_tensors(qcfg)
-    return quant_method
+    algo = qcfg.get("quant_algo") or (qcfg.get("quantization") or {}).get("quant_algo")  # modelopt: FP8, NVFP4, ...
+    return f"{quant_method} {algo}" if algo else quant_method
 
 
 def _as_dict(qcfg: Any) -> dict[str, Any]:

@@ -8,8 +8,9 @@ scale(n, k), by layout, for W_fp8 of [N, K]:
   channel  s[n, 0]              s: [N, 1]
   block    s[n // 128, k // 128]  s: [ceil(N/128), ceil(K/128)] (the last row/column of blocks may be partial)
 
-Activations stay bf16 (weight-only). Stock vLLM 0.26 on Hopper (sm_90) does not compute this: it quantises the
-activations to FP8 as well and runs an FP8 x FP8 GEMM (the venv's vllm/model_executor/...):
+Activations stay bf16 (weight-only). For the three formats `kog make-checkpoint --fp8` writes, stock vLLM 0.26 on
+Hopper (sm_90) does not compute this: it quantises the activations to FP8 as well and runs an FP8 x FP8 GEMM (the
+venv's vllm/model_executor/...):
   fp8 per tensor, compressed-tensors tensor / channel:
       CutlassFP8ScaledMMLinearKernel (kernels/linear/__init__.py:325-333; Marlin, the weight-only FP8 kernel, is
       skipped on capability >= 8.9, kernels/linear/scaled_mm/marlin.py:46-55; FlashInfer's needs >= 10.0,
@@ -19,6 +20,10 @@ activations to FP8 as well and runs an FP8 x FP8 GEMM (the venv's vllm/model_exe
       FlashInfer / DeepGEMM, DeepGEMM, or CUTLASS block-FP8 (kernels/linear/__init__.py:355-364, the first whose
       package and GPU are there), each with per-token, per-128-column-group FP8 activations
       (layers/quantization/fp8.py:300-309; scaled_mm/cutlass.py:297-310).
+  compressed-tensors without input_activations (W8A16; not what `kog make-checkpoint --fp8 channel` writes):
+      a weight-only FP8 kernel with bf16 activations, as here (compressed_tensors_w8a16_fp8.py, Humming or Marlin
+      from kernels/linear/__init__.py:379-383; Marlin refuses capability >= 8.9 unless VLLM_TEST_FORCE_FP8_MARLIN,
+      and whether Humming loads on sm_90 is not checked here).
 And for the per-tensor layout, vLLM does not keep the checkpoint's weights as they are: a fused module (qkv_proj,
 gate_up_proj) has one scale per shard on disk, and at load vLLM requantises every shard with the largest of them
 (layers/quantization/utils/w8a8_utils.py:76-107), so the loaded weight is the checkpoint's re-rounded. The kernel
