@@ -113,7 +113,8 @@ def _with(name, **fields):
         (_with("Qwen/Qwen3-8B", num_attention_heads=30), "num_attention_heads 30"),
         (_with("meta-llama/Llama-3.1-8B-Instruct", attention_bias=True), "attention_bias"),
         (_with("meta-llama/Llama-3.1-8B-Instruct", mlp_bias=True), "mlp_bias"),
-        (_with("Qwen/Qwen3-8B", quantization_config={"quant_method": "fp8"}), "quantization_config fp8"),
+        (_with("Qwen/Qwen3-8B", quantization_config={"quant_method": "fp8"}), "fp8 (tensor) weights"),
+        (_with("Qwen/Qwen3-8B", quantization_config={"quant_method": "gptq", "bits": 4}), "quantization_config gptq"),
     ],
 )  # fmt: skip
 def test_refusals_name_the_field(cfg, needle):

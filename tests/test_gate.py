@@ -17,6 +17,7 @@ from kog_backend.monokernel import synthetic
 from kog_backend.path import gate
 from kog_backend.path.burst_sampling import BurstSampling
 from kog_backend.monokernel import layout
+from kog_backend.path.quant_format import Fp8Format
 from kog_backend.path.gate import (
     burst, environment, extension, kv_cache, model, monokernel, request, server, step, tiling,
 )
@@ -107,6 +108,10 @@ def _rope(name="RotaryEmbedding", neox=True, dim=64):
     return type(name, (), {"is_neox_style": neox, "rotary_dim": dim})()
 
 
+FP8_BLOCK = Fp8Format("fp8", "block")
+FP8 = "float8_e4m3fn"
+W = "model.layers.0.self_attn.q_proj.weight"
+
 SAMPLED = BurstSampling(0.6, 20, 0.9, 0.0)
 PENALISED = BurstSampling(0.0, 0, 1.0, 0.0, repetition_penalty=1.1)
 KERNEL = NS(filtered_sampling_reason=None, penalty_reason=None)
@@ -159,7 +164,17 @@ CASES = [
     ("model", "architecture", lambda: model.architecture_reason([])),
     ("model", "sliding_window", lambda: model.sliding_window_reason(4096, None)),
     ("model", "rope_scaling", lambda: model.rope_scaling_reason({"rope_type": "yarn", "factor": 4.0})),
-    ("model", "quantization", lambda: model.quantization_reason("fp8")),
+    ("model", "quantization", lambda: model.quantization_reason({"quant_method": "awq", "bits": 4})),
+    ("model", "quantization", lambda: model.quantization_reason(None, "gptq")),
+    ("model", "fp8_layout", lambda: model.quantization_reason(
+        {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]})),
+    ("model", "fp8_layout", lambda: model.quantization_reason(None, "fp8")),
+    ("model", "fp8_weight_dtype", lambda: model.fp8_checkpoint_reason(FP8_BLOCK, {W: ((256, 256), "bfloat16")})),
+    ("model", "fp8_scale_missing", lambda: model.fp8_checkpoint_reason(FP8_BLOCK, {W: ((256, 256), FP8)})),
+    ("model", "fp8_scale_shape", lambda: model.fp8_checkpoint_reason(
+        FP8_BLOCK, {W: ((256, 256), FP8), W + "_scale_inv": ((2,), "float32")})),
+    ("model", "fp8_scale_dtype", lambda: model.fp8_checkpoint_reason(
+        FP8_BLOCK, {W: ((256, 256), FP8), W + "_scale_inv": ((2, 2), "int64")})),
     ("model", "torch_dtype", lambda: model.torch_dtype_reason("float16")),
     ("model", "mlp_bias", lambda: model.config_bias_reason("llama", True, False)),
     ("model", "o_proj_bias", lambda: model.config_bias_reason("qwen3", False, True)),
@@ -303,6 +318,8 @@ def test_eligible_inputs_have_no_reason():
     assert server.server_unsupported_reason(_vllm_config()) is None
     assert model.architecture_reason(["Qwen2ForCausalLM"]) is None and model.head_dim_reason(128) is None
     assert model.config_bias_reason("qwen2", False, True) is None  # Qwen2's QKV bias
+    assert model.quantization_reason(None) is None and model.quantization_reason({}, None) is None
+    assert model.fp8_checkpoint_reason(FP8_BLOCK, {W: ((256, 256), FP8), W + "_scale_inv": ((2, 2), "float32")}) is None
     assert kv_cache.layout_reason(_kv(), 64) is None and kv_cache.monokernel_reason(0, _kv(), 2, 64, CPU, None) is None
     assert monokernel.shape_reason(_shape(), 1) is None and monokernel.weights_reason(_weights(), CPU) is None
     assert monokernel.tp_option_reason(2, True) is None and monokernel.tp_reason(_shape(tp_size=2), 2) is None

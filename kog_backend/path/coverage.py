@@ -35,11 +35,10 @@ def shape_from_config(cfg: Mapping[str, Any], tp_size: int = 1) -> DecoderShape 
     H, nh = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
     nkv = int(cfg.get("num_key_value_heads") or nh)
     D = int(cfg.get("head_dim") or H // nh)
-    quant = cfg.get("quantization_config")
     reason = (
         gate.sliding_window_reason(cfg.get("sliding_window"), cfg.get("use_sliding_window"))
         or gate.rope_scaling_reason(cfg.get("rope_scaling") or cfg.get("rope_parameters"))
-        or gate.quantization_reason(quant.get("quant_method", "?") if quant else None)
+        or gate.quantization_reason(cfg.get("quantization_config"))
         or gate.torch_dtype_reason(cfg.get("torch_dtype") or cfg.get("dtype"))
         or gate.config_bias_reason(arch, cfg.get("mlp_bias"), cfg.get("attention_bias"))
         or gate.head_dim_reason(D)

@@ -151,7 +151,10 @@ def from_vllm_model(model: torch.nn.Module, vllm_config: Any) -> DecoderWeights:
                                              getattr(hf, "use_sliding_window", None)))
     params = {n: p for n, p in model.named_parameters()}
     quantised = [n for n, p in params.items() if p.dtype not in (torch.bfloat16, torch.float16, torch.float32)]
-    _refuse(model_gate.quantization_reason(vllm_config.model_config.quantization or next(iter(quantised), None)))
+    first = next(iter(quantised), None)
+    _refuse(model_gate.quantization_reason(
+        getattr(hf, "quantization_config", None),
+        vllm_config.model_config.quantization or (f"{params[first].dtype} parameter {first}" if first else None)))
     dtype = vllm_config.model_config.dtype
     _refuse(model_dtype_reason(dtype))
 

@@ -1,12 +1,18 @@
 """The model: its config.json and the weights vLLM loaded. Each reason names the config field that causes it.
 
 model_spec reads a loaded model and coverage reads a config.json; both ask these functions. A reason turns kog
-off for the whole server (the stock path serves the model).
+off for the whole server (the stock path serves the model). A quantised model runs stock; an FP8 checkpoint's
+scales are checked against its tensor index (fp8_checkpoint_reason), the check the FP8 kernel path is to run at
+start so that it never streams weights with missing or mis-shaped scales.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+from kog_backend.path import quant_format
+from kog_backend.path.quant_format import Fp8Format
 
 # config.json `architectures[0]` -> the kernel's family ("llama": Llama and Mistral)
 SUPPORTED_ARCHS = {
@@ -22,7 +28,13 @@ REASONS = {
     "architecture": "architectures {archs} is not supported (dense Llama, Mistral, Qwen2, Qwen3 only)",
     "sliding_window": "sliding_window {window}: sliding-window attention is not supported",
     "rope_scaling": "rope_scaling {kind!r} is not supported (default and llama3 only)",
-    "quantization": "quantization_config {method}: quantised weights (bf16 only)",
+    "quantization": "quantization_config {method}: not supported",
+    "fp8_layout": "fp8 ({layout}) weights: not on the kog path yet",
+    "fp8_weight_dtype": "fp8 ({layout}) checkpoint: weight {weight} is {dtype}, not float8_e4m3fn",
+    "fp8_scale_missing": "fp8 ({layout}) checkpoint: {weight} has no {scale} tensor",
+    "fp8_scale_shape": "fp8 ({layout}) checkpoint: scale {scale} has shape {shape}, expected {expected} for a "
+                       "weight of {weight_shape}",
+    "fp8_scale_dtype": "fp8 ({layout}) checkpoint: scale {scale} is {dtype} (float32, bfloat16 or float16 only)",
     "torch_dtype": "torch_dtype {dtype} (bf16 only; serve it with --dtype bfloat16)",
     "mlp_bias": "mlp_bias: the MLP projections have a bias",
     "o_proj_bias": "attention_bias: o_proj has a bias (only Qwen2's QKV bias is supported)",
@@ -61,9 +73,42 @@ def rope_scaling_reason(rope: dict | None) -> str | None:
     return None
 
 
-def quantization_reason(method: str | None) -> str | None:
-    """method: vLLM's --quantization, config.json's quantization_config.quant_method, or a quantised parameter."""
-    return REASONS["quantization"].format(method=method) if method else None
+def quantization_reason(qcfg: Mapping[str, Any] | None, method: str | None = None) -> str | None:
+    """qcfg: config.json's quantization_config; method: vLLM's --quantization, or the dtype of a quantised
+    parameter. The FP8 formats the kernel is to stream are named by layout (kog_backend.path.quant_format); any
+    other method by its name."""
+    fmt = quant_format.weight_format(qcfg, method)
+    if fmt is None:
+        return None
+    if isinstance(fmt, Fp8Format):
+        return REASONS["fp8_layout"].format(layout=fmt.describe())
+    return REASONS["quantization"].format(method=fmt)
+
+
+def fp8_checkpoint_reason(fmt: Fp8Format, index: Mapping[str, tuple[tuple[int, ...], str]]) -> str | None:
+    """Every weight the format stores in FP8 has its scale, of the layout's shape and a float dtype.
+
+    index: every tensor of the checkpoint, name -> (shape, torch dtype name) (kog_backend.path.checkpoint_index).
+    A checkpoint of bf16 weights that vLLM quantises at load (fmt.online) has no scales to check."""
+    if fmt.online:
+        return None
+    layout = fmt.describe()
+    for weight in quant_format.quantised_weights(fmt, index):
+        shape, dtype = index[weight]
+        if dtype != quant_format.WEIGHT_DTYPE:
+            return REASONS["fp8_weight_dtype"].format(layout=layout, weight=weight, dtype=dtype)
+        scale = weight.removesuffix("weight") + fmt.scale_name
+        if scale not in index:
+            return REASONS["fp8_scale_missing"].format(layout=layout, weight=weight, scale=fmt.scale_name)
+        scale_shape, scale_dtype = index[scale]
+        expected = fmt.scale_shapes(*shape)
+        if tuple(scale_shape) not in expected:
+            return REASONS["fp8_scale_shape"].format(
+                layout=layout, scale=scale, shape=list(scale_shape),
+                expected=" or ".join(str(list(e)) for e in expected), weight_shape=list(shape))
+        if scale_dtype not in quant_format.SCALE_DTYPES:
+            return REASONS["fp8_scale_dtype"].format(layout=layout, scale=scale, dtype=scale_dtype)
+    return None
 
 
 def torch_dtype_reason(dtype: str | None) -> str | None:

@@ -2,6 +2,7 @@
 
     kog make-checkpoint                          # llama-3.2-1b, seed 0, ~/.cache/kog_backend/checkpoints/...
     vllm serve "$(kog make-checkpoint)" --backend kog
+    kog make-checkpoint --fp8 block              # FP8 weights with 128x128 block scales (tools/fixtures/fp8_checkpoints)
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
     p.add_argument("--device", default="auto", help="where weights are drawn: auto (cuda if present), cuda, cpu")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--fp8", default=None, choices=["tensor", "channel", "block"],
+                   help="store the layers' projections in FP8 (e4m3), quantised from the bf16 weights, in the format "
+                        "vLLM loads: tensor (fp8, per-tensor scales), channel (compressed-tensors, per-channel "
+                        "scales), block (fp8, 128x128 block scales); embedding, LM head and norms stay bf16")
     p.add_argument("--force", action="store_true", help="replace a different kog checkpoint already in --out")
     p.add_argument("--list", action="store_true", help="list the shapes with their weight bytes per token and exit")
 
@@ -44,9 +49,10 @@ def run(args: argparse.Namespace) -> int:
             device=args.device,
             dtype=getattr(torch, args.dtype),
             force=args.force,
+            fp8=args.fp8,
             log=lambda msg: print(msg, file=sys.stderr, flush=True),
         )
-    except FileExistsError as e:
+    except (FileExistsError, ValueError) as e:
         print(f"kog make-checkpoint: {e}", file=sys.stderr)
         return 2
     print(path)

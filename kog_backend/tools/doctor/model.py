@@ -1,6 +1,7 @@
 """`kog doctor --model PATH_OR_NAME`: would this model run on the kog path, and if not, why (the gate's reason
 strings, kog_backend.path.coverage); whether it fits a card's memory. Reads config.json only: no server, no GPU,
-no download.
+no download. For a checkpoint directory with FP8 weights, it also reads the safetensors headers and says whether
+every FP8 weight has its scale of the layout's shape (gate.model.fp8_checkpoint_reason).
 
 PATH_OR_NAME: a checkpoint directory (its config.json), a Hugging Face id of the published configs kog knows
 (tools/fixtures/shapes.MODEL_CONFIGS, e.g. Qwen/Qwen2.5-Coder-7B-Instruct), or a `kog make-checkpoint` shape
@@ -24,6 +25,7 @@ class ModelReport:
     memory: coverage.MemoryFit
     gpu: str
     utilization: float
+    fp8_scales: tuple[bool, str] | None = None  # (ok, line) for an FP8 checkpoint directory, else None
 
     @property
     def runs(self) -> bool:
@@ -41,6 +43,9 @@ class ModelReport:
                        f"units per chunk {[st.nu for st in p.stages]}, {p.heads_per_pass} heads per attention pass")
         else:
             out.append(f"[FAIL] kog path: {v.reason}")
+        if self.fp8_scales is not None:
+            ok, line = self.fp8_scales
+            out.append(f"[{'ok  ' if ok else 'FAIL'}] fp8 scales: {line}")
         mark = "ok  " if self.memory.fits else "FAIL"
         out.append(f"[{mark}] memory on {self.gpu}: {self.memory.describe(self.utilization)}")
         out.append("")
@@ -53,6 +58,7 @@ class ModelReport:
             "model": self.source,
             "runs": self.runs,
             "reason": self.verdict.reason,
+            "fp8_scales": None if self.fp8_scales is None else {"ok": self.fp8_scales[0], "line": self.fp8_scales[1]},
             "gpu": self.gpu,
             "fits": self.memory.fits,
             "max_context": self.memory.max_context,
@@ -84,4 +90,25 @@ def model_report(path_or_name: str, gpu: str = "h100", sm_count: int = coverage.
     cfg, source = load_config(path_or_name)
     v = coverage.verdict(cfg, sm_count, tp_size)
     mem = coverage.memory_fit(cfg, coverage.GPU_MEMORY[gpu] * tp_size, utilization)
-    return ModelReport(source, v, mem, gpu if tp_size == 1 else f"{tp_size} x {gpu}", utilization)
+    scales = fp8_scales(path_or_name, cfg) if os.path.isdir(path_or_name) else None
+    return ModelReport(source, v, mem, gpu if tp_size == 1 else f"{tp_size} x {gpu}", utilization, scales)
+
+
+def fp8_scales(checkpoint_dir: str, cfg: dict[str, Any]) -> tuple[bool, str] | None:
+    """(ok, what to print) for a directory whose config describes FP8 weights stored with scales, else None."""
+    from kog_backend.path import checkpoint_index, quant_format
+    from kog_backend.path.gate import model as model_gate
+
+    fmt = quant_format.weight_format(cfg.get("quantization_config"))
+    if not isinstance(fmt, quant_format.Fp8Format) or fmt.online:
+        return None
+    index = checkpoint_index.read_index(checkpoint_dir)
+    if not index:
+        return False, f"no .safetensors files in {checkpoint_dir}"
+    reason = model_gate.fp8_checkpoint_reason(fmt, index)
+    if reason is not None:
+        return False, reason
+    count = len(quant_format.quantised_weights(fmt, index))
+    if count == 0:
+        return False, f"no decoder-layer projection weights in {checkpoint_dir}"
+    return True, f"{count} FP8 weights ({fmt.describe()}), each with its {fmt.scale_name} of the layout's shape"

@@ -1,0 +1,203 @@
+"""Quantised checkpoints on the gate: which format a quantization_config is (kog_backend.path.quant_format), the
+reason each gets (FP8 layouts named, other methods by name), and the scale check over a checkpoint's tensor index
+(gate.model.fp8_checkpoint_reason) on checkpoints from `kog make-checkpoint --fp8` broken on purpose; `kog doctor
+--model` prints both."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from safetensors.torch import load_file, save_file  # noqa: E402
+
+from kog_backend.path import checkpoint_index, coverage, gate, quant_format  # noqa: E402
+from kog_backend.path.gate import model  # noqa: E402
+from kog_backend.path.quant_format import Fp8Format  # noqa: E402
+from kog_backend.tools.fixtures import checkpoints, fp8_checkpoints, shapes  # noqa: E402
+
+SHAPE = "tiny-llama"
+
+
+def _ct(weights: dict, activations: dict | None = None, **extra) -> dict:
+    return {"quant_method": "compressed-tensors", "format": "float-quantized",
+            "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights, "input_activations": activations}},
+            **extra}
+
+
+FP8_W = {"num_bits": 8, "type": "float", "symmetric": True, "dynamic": False}
+FP8_A = {"num_bits": 8, "type": "float", "symmetric": True, "dynamic": True, "strategy": "token"}
+INT8_W = {"num_bits": 8, "type": "int", "symmetric": True, "dynamic": False, "strategy": "channel"}
+QWEN3_8B_FP8 = {"activation_scheme": "dynamic", "modules_to_not_convert": None, "fmt": "e4m3", "quant_method": "fp8",
+                "weight_block_size": [128, 128]}  # the published Qwen/Qwen3-8B-FP8 config.json's
+
+FORMATS = [  # (quantization_config, vLLM --quantization, format or method name, reason)
+    (None, None, None, None),
+    ({"quant_method": "fp8", "activation_scheme": "dynamic"}, None, Fp8Format("fp8", "tensor"),
+     "fp8 (tensor) weights: not on the kog path yet"),
+    (QWEN3_8B_FP8, "fp8", Fp8Format("fp8", "block"), "fp8 (block 128x128) weights: not on the kog path yet"),
+    (None, "fp8", Fp8Format("fp8", "tensor", online=True),
+     "fp8 (tensor, quantised at load) weights: not on the kog path yet"),
+    (_ct({**FP8_W, "strategy": "channel"}, FP8_A, ignore=["lm_head"]), "compressed-tensors",
+     Fp8Format("compressed-tensors", "channel", ("lm_head",)), "fp8 (channel) weights: not on the kog path yet"),
+    (_ct({**FP8_W, "strategy": "tensor"}, FP8_A), None, Fp8Format("compressed-tensors", "tensor"),
+     "fp8 (tensor) weights: not on the kog path yet"),
+    (_ct({**FP8_W, "strategy": "channel"}, None), None, Fp8Format("compressed-tensors", "channel"),
+     "fp8 (channel) weights: not on the kog path yet"),  # W8A16: vLLM runs Marlin; the weights are the same
+    (_ct({**FP8_W, "strategy": "block", "block_structure": [128, 128]}, FP8_A), None,
+     Fp8Format("compressed-tensors", "block"), "fp8 (block 128x128) weights: not on the kog path yet"),
+    ({"quant_method": "fp8", "activation_scheme": "static"}, None, "fp8 with static activation scales",
+     "quantization_config fp8 with static activation scales: not supported"),
+    ({"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [64, 64]}, None,
+     "fp8 with weight_block_size [64, 64]", "quantization_config fp8 with weight_block_size [64, 64]: not supported"),
+    ({"quant_method": "awq", "bits": 4, "group_size": 128}, "awq", "awq", "quantization_config awq: not supported"),
+    ({"quant_method": "gptq", "bits": 4}, None, "gptq", "quantization_config gptq: not supported"),
+    ({"quant_method": "mxfp4"}, None, "mxfp4", "quantization_config mxfp4: not supported"),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, None, "modelopt NVFP4",
+     "quantization_config modelopt NVFP4: not supported"),
+    (None, "bitsandbytes", "bitsandbytes", "quantization_config bitsandbytes: not supported"),
+    (_ct(INT8_W, {**FP8_A, "type": "int"}), None, "compressed-tensors int w8a8",
+     "quantization_config compressed-tensors int w8a8: not supported"),
+    (_ct({**INT8_W, "num_bits": 4, "strategy": "group", "group_size": 128}), None, "compressed-tensors int w4a16",
+     "quantization_config compressed-tensors int w4a16: not supported"),
+    (_ct({**FP8_W, "num_bits": 4, "strategy": "tensor_group", "group_size": 16}, None), None,
+     "compressed-tensors fp4 (nvfp4 / mxfp4)",
+     "quantization_config compressed-tensors fp4 (nvfp4 / mxfp4): not supported"),
+    (_ct({**FP8_W, "strategy": "channel"}, FP8_A, kv_cache_scheme={"num_bits": 8, "type": "float"}), None,
+     "compressed-tensors kv_cache_scheme (quantised KV cache)",
+     "quantization_config compressed-tensors kv_cache_scheme (quantised KV cache): not supported"),
+]
+
+
+@pytest.mark.parametrize("qcfg,method,fmt,reason", FORMATS, ids=[str(r) for *_, r in FORMATS])
+def test_format_and_reason(qcfg, method, fmt, reason):
+    assert quant_format.weight_format(qcfg, method) == fmt
+    got = model.quantization_reason(qcfg, method)
+    assert got == reason
+    if reason is not None:
+        key = "fp8_layout" if isinstance(fmt, Fp8Format) else "quantization"
+        assert gate.reason_key(got) == ("model", key)
+
+
+def test_scale_names_and_shapes():
+    assert Fp8Format("fp8", "block").scale_name == "weight_scale_inv"
+    assert Fp8Format("compressed-tensors", "block").scale_name == "weight_scale"
+    assert Fp8Format("fp8", "tensor").scale_shapes(4096, 4096) == ((), (1,))
+    assert Fp8Format("compressed-tensors", "channel").scale_shapes(1024, 4096) == ((1024, 1),)
+    assert Fp8Format("fp8", "block").scale_shapes(1000, 4100) == ((8, 33),)
+
+
+def test_quantised_weights_follow_the_ignore_list():
+    names = ["model.embed_tokens.weight", "lm_head.weight", "model.norm.weight",
+             "model.layers.0.input_layernorm.weight",
+             "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.q_proj.weight_scale",
+             "model.layers.1.mlp.down_proj.weight", "model.layers.0.mlp.down_proj.weight"]
+    assert quant_format.quantised_weights(Fp8Format("fp8", "tensor", ("lm_head",)), names) == [
+        "model.layers.0.mlp.down_proj.weight", "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.1.mlp.down_proj.weight"]
+    assert quant_format.quantised_weights(Fp8Format("fp8", "tensor", ("model.layers.1.mlp.down_proj",)), names) == [
+        "model.layers.0.mlp.down_proj.weight", "model.layers.0.self_attn.q_proj.weight"]
+    assert quant_format.quantised_weights(Fp8Format("compressed-tensors", "channel", ("re:.*down_proj",)), names) == [
+        "model.layers.0.self_attn.q_proj.weight"]
+
+
+def test_coverage_and_start_gate_name_the_format():
+    cfg = dict(shapes.MODEL_CONFIGS["Qwen/Qwen3-8B"], quantization_config=QWEN3_8B_FP8)
+    assert coverage.verdict(cfg).reason == "fp8 (block 128x128) weights: not on the kog path yet"
+    cfg["quantization_config"] = {"quant_method": "awq", "bits": 4}
+    assert coverage.verdict(cfg).reason == "quantization_config awq: not supported"
+
+
+# --- the scale check over a checkpoint's tensor index, on broken copies of make-checkpoint's FP8 checkpoints
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fp8idx")
+    return {lay: checkpoints.write_checkpoint(SHAPE, str(root / lay), device="cpu", fp8=lay)
+            for lay in ("tensor", "channel", "block")}
+
+
+def _broken(src: str, dst, change) -> str:
+    """A copy of checkpoint `src` (config.json and weights) with `change(tensors)` applied to its tensors."""
+    os.makedirs(dst, exist_ok=True)
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    tensors = load_file(os.path.join(src, "model.safetensors"))
+    change(tensors)
+    save_file(tensors, os.path.join(dst, "model.safetensors"))
+    return str(dst)
+
+
+def _check(path: str) -> str | None:
+    with open(os.path.join(path, "config.json")) as f:
+        fmt = quant_format.weight_format(json.load(f)["quantization_config"])
+    return model.fp8_checkpoint_reason(fmt, checkpoint_index.read_index(path))
+
+
+Q = "model.layers.1.self_attn.k_proj"
+
+
+def _drop(name):
+    return lambda t: t.pop(name)
+
+
+def _set(name, value):
+    return lambda t: t.__setitem__(name, value(t[name]))
+
+
+BROKEN = [  # (layout, change, reason key, reason)
+    ("block", _drop(f"{Q}.weight_scale_inv"), "fp8_scale_missing",
+     f"fp8 (block 128x128) checkpoint: {Q}.weight has no weight_scale_inv tensor"),
+    ("block", _set(f"{Q}.weight_scale_inv", lambda s: s.t().contiguous()), "fp8_scale_shape",
+     f"fp8 (block 128x128) checkpoint: scale {Q}.weight_scale_inv has shape [2, 1], expected [1, 2] for a weight "
+     "of [128, 256]"),  # transposed
+    ("block", _set(f"{Q}.weight_scale_inv", lambda s: s[:, :1].contiguous()), "fp8_scale_shape",
+     f"fp8 (block 128x128) checkpoint: scale {Q}.weight_scale_inv has shape [1, 1], expected [1, 2] for a weight "
+     "of [128, 256]"),
+    ("block", _set(f"{Q}.weight_scale_inv", lambda s: s.to(torch.int32)), "fp8_scale_dtype",
+     f"fp8 (block 128x128) checkpoint: scale {Q}.weight_scale_inv is int32 (float32, bfloat16 or float16 only)"),
+    ("block", _set(f"{Q}.weight", lambda w: w.to(torch.bfloat16)), "fp8_weight_dtype",
+     f"fp8 (block 128x128) checkpoint: weight {Q}.weight is bfloat16, not float8_e4m3fn"),
+    ("channel", _set(f"{Q}.weight_scale", lambda s: s.reshape(-1)), "fp8_scale_shape",
+     f"fp8 (channel) checkpoint: scale {Q}.weight_scale has shape [128], expected [128, 1] for a weight of [128, 256]"),
+    ("channel", _drop(f"{Q}.weight_scale"), "fp8_scale_missing",
+     f"fp8 (channel) checkpoint: {Q}.weight has no weight_scale tensor"),
+    ("tensor", _set(f"{Q}.weight_scale", lambda s: s.reshape(1)), None, None),  # [1]: compressed-tensors' shape
+    ("tensor", _set(f"{Q}.weight_scale", lambda s: s.reshape(1).repeat(2)), "fp8_scale_shape",
+     f"fp8 (tensor) checkpoint: scale {Q}.weight_scale has shape [2], expected [] or [1] for a weight of [128, 256]"),
+]
+
+
+@pytest.mark.parametrize("layout", ["tensor", "channel", "block"])
+def test_written_checkpoints_pass_the_check(written, layout):
+    assert _check(written[layout]) is None
+    index = checkpoint_index.read_index(written[layout])
+    assert index[f"{Q}.weight"] == ((128, 256), "float8_e4m3fn")
+    assert index["model.embed_tokens.weight"] == ((4096, 256), "bfloat16")
+
+
+@pytest.mark.parametrize("i", range(len(BROKEN)))
+def test_broken_checkpoints_are_refused_naming_the_tensor(written, tmp_path, i):
+    layout, change, key, reason = BROKEN[i]
+    got = _check(_broken(written[layout], tmp_path / "b", change))
+    assert got == reason
+    if key is not None:
+        assert gate.reason_key(got) == ("model", key)
+
+
+def test_doctor_model_prints_the_scale_check(written, tmp_path):
+    from kog_backend.tools.doctor.model import model_report
+
+    ok = model_report(written["block"])
+    text = "\n".join(ok.lines())
+    assert "[FAIL] kog path: fp8 (block 128x128) weights: not on the kog path yet" in text
+    assert "[ok  ] fp8 scales: 14 FP8 weights (block 128x128), each with its weight_scale_inv" in text
+    assert ok.to_json()["fp8_scales"]["ok"] is True
+    broken = model_report(_broken(written["channel"], tmp_path / "b", _drop(f"{Q}.weight_scale")))
+    assert f"[FAIL] fp8 scales: fp8 (channel) checkpoint: {Q}.weight has no weight_scale tensor" in broken.lines()
+    assert model_report(SHAPE).fp8_scales is None  # a bf16 shape: no scales to check
