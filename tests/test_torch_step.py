@@ -17,7 +17,7 @@ from hf_models import tiny_hf_model, weights_from_hf  # noqa: E402
 from kog_backend.path import model_spec  # noqa: E402
 from kog_backend.reference import torch_step  # noqa: E402
 
-BLOCK_SIZE = 4
+BLOCK_SIZE = 16  # the smallest of the gate's tested KV block sizes (kv_cache.TESTED_BLOCK_SIZES)
 
 
 def _paged_caches(shape: model_spec.DecoderShape, num_blocks: int, dtype: torch.dtype) -> list[torch.Tensor]:
