@@ -2,6 +2,7 @@
 
     kog make-checkpoint                          # llama-3.2-1b, seed 0, ~/.cache/kog_backend/checkpoints/...
     vllm serve "$(kog make-checkpoint)" --backend kog
+    kog make-checkpoint --shape qwen3-30b-a3b --dummy   # config + tokenizer only: vllm serve ... --load-format dummy
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="where weights are drawn: auto (cuda if present), cuda, cpu")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--force", action="store_true", help="replace a different kog checkpoint already in --out")
+    p.add_argument("--dummy", action="store_true", help="write config.json, generation_config.json and the tokenizer "
+                   "only (no weights), for vLLM's --load-format dummy; default --out <checkpoint dir>/<shape>-dummy")
     p.add_argument("--list", action="store_true", help="list the shapes with their weight bytes per token and exit")
 
 
@@ -30,6 +33,17 @@ def run(args: argparse.Namespace) -> int:
         for name, cfg in shapes.SHAPES.items():
             print(f"{name:{width}s} {cfg['architectures'][0]:18s} {shapes.param_count(name) / 1e9:6.3f} B params  "
                   f"{shapes.weight_bytes_per_token(name) / 1e9:6.3f} GB read per token (bf16)")
+        return 0
+
+    if args.dummy:
+        from kog_backend.tools.fixtures.checkpoints import write_dummy
+
+        try:
+            path = write_dummy(args.shape, args.out or None, force=args.force)
+        except FileExistsError as e:
+            print(f"kog make-checkpoint: {e}", file=sys.stderr)
+            return 2
+        print(path)
         return 0
 
     import torch
@@ -46,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
             force=args.force,
             log=lambda msg: print(msg, file=sys.stderr, flush=True),
         )
-    except FileExistsError as e:
+    except (FileExistsError, ValueError) as e:
         print(f"kog make-checkpoint: {e}", file=sys.stderr)
         return 2
     print(path)
