@@ -121,7 +121,8 @@ FAMILY_SAMPLING = {"llama": {"temperature": 0.6, "top_p": 0.9}, "qwen3": {"tempe
                    "qwen2": {"temperature": 0.7, "top_k": 20, "top_p": 0.8, "repetition_penalty": 1.05},
                    "mistral": {}}  # fmt: skip
 STOP_TOKENS = {"llama": ["<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"], "qwen3": ["<|im_end|>", "<|endoftext|>"]}
-STOP_TOKENS.update(qwen2=STOP_TOKENS["qwen3"], mistral=STOP_TOKENS["llama"])
+STOP_TOKENS.update(qwen2=STOP_TOKENS["qwen3"], mistral=STOP_TOKENS["llama"], qwen3_moe=STOP_TOKENS["qwen3"])
+FAMILY_SAMPLING["qwen3_moe"] = FAMILY_SAMPLING["qwen3"]  # Qwen3-MoE publishes Qwen3's generation config
 
 
 def test_real_shapes_have_the_published_generation_config():

@@ -162,6 +162,11 @@ CASES = [
         _vllm_config(**{"cache_config.cache_dtype": "fp8"}))),
     ("model", "architecture", lambda: model.architecture_reason(["Gemma2ForCausalLM"])),
     ("model", "architecture", lambda: model.architecture_reason([])),
+    ("model", "mixture_of_experts", lambda: model.architecture_reason(["Qwen3MoeForCausalLM"])),
+    ("model", "mixture_of_experts", lambda: model.architecture_reason(
+        ["Qwen3ForCausalLM"], model.config_num_experts({"num_experts": 8}))),  # experts under a dense name
+    ("model", "mixture_of_experts", lambda: model.architecture_reason(
+        ["MixtralForCausalLM"], model.config_num_experts(NS(num_local_experts=8)))),
     ("model", "sliding_window", lambda: model.sliding_window_reason(4096, None)),
     ("model", "rope_scaling", lambda: model.rope_scaling_reason({"rope_type": "yarn", "factor": 4.0})),
     ("model", "quantization", lambda: model.quantization_reason({"quant_method": "awq", "bits": 4})),
@@ -317,6 +322,7 @@ def test_eligible_inputs_have_no_reason():
     assert extension.version_reason(6, 6) is None and layout.extension_mismatch(_extension()) is None
     assert server.server_unsupported_reason(_vllm_config()) is None
     assert model.architecture_reason(["Qwen2ForCausalLM"]) is None and model.head_dim_reason(128) is None
+    assert model.config_num_experts({"num_experts": 0}) is None and model.config_num_experts(NS()) is None
     assert model.config_bias_reason("qwen2", False, True) is None  # Qwen2's QKV bias
     assert model.quantization_reason(None) is None and model.quantization_reason({}, None) is None
     assert model.fp8_checkpoint_reason(FP8_BLOCK, {W: ((256, 256), FP8), W + "_scale_inv": ((2, 2), "float32")}) is None

@@ -28,7 +28,7 @@ RUNTIME_OVERHEAD = 3 * GIB
 def shape_from_config(cfg: Mapping[str, Any], tp_size: int = 1) -> DecoderShape | str:
     """The DecoderShape vLLM would load for this config.json, or why the kog path would refuse it."""
     archs = list(cfg.get("architectures") or [])
-    reason = gate.architecture_reason(archs)
+    reason = gate.architecture_reason(archs, gate.config_num_experts(cfg))
     if reason is not None:
         return reason
     arch = SUPPORTED_ARCHS[archs[0]]

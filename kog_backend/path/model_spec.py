@@ -143,7 +143,7 @@ def from_vllm_model(model: torch.nn.Module, vllm_config: Any) -> DecoderWeights:
     """Views of a loaded vLLM Llama/Qwen3 model (`runner.model`). Raises UnsupportedModel with a reason."""
     hf = vllm_config.model_config.hf_config
     archs = list(getattr(hf, "architectures", None) or [])
-    _refuse(model_gate.architecture_reason(archs or [type(model).__name__]))
+    _refuse(model_gate.architecture_reason(archs or [type(model).__name__], model_gate.config_num_experts(hf)))
     arch = SUPPORTED_ARCHS[archs[0]]
     _refuse(model_gate.layers_reason(model))
     inner = model.model

@@ -21,11 +21,18 @@ SUPPORTED_ARCHS = {
     "MistralForCausalLM": "llama",
     "Qwen2ForCausalLM": "qwen2",
 }
+# Mixture-of-experts architectures vLLM 0.26 serves that the kernel does not implement yet (the torch reference of
+# Qwen3-MoE's decode step exists: kog_backend.reference.moe_step; the kernel does not).
+MOE_ARCHS = (
+    "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "MixtralForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM",
+    "GptOssForCausalLM", "OlmoeForCausalLM",
+)  # fmt: skip
 SUPPORTED_HEAD_DIMS = (64, 128)
 ROPE_TYPES = ("default", "llama3")  # what the RoPE cache the kernel reads holds
 
 REASONS = {
     "architecture": "architectures {archs} is not supported (dense Llama, Mistral, Qwen2, Qwen3 only)",
+    "mixture_of_experts": "architectures {archs}: mixture-of-experts is not on the kog path yet",
     "sliding_window": "sliding_window {window}: sliding-window attention is not supported",
     "rope_scaling": "rope_scaling {kind!r} is not supported (default and llama3 only)",
     "quantization": "quantization_config {method}: not supported",
@@ -50,11 +57,26 @@ REASONS = {
 }
 
 
-def architecture_reason(archs: list[str]) -> str | None:
-    """Why the config's `architectures` are not on the kog path, or None."""
-    if archs and archs[0] in SUPPORTED_ARCHS:
+def architecture_reason(archs: list[str], num_experts: int | None = None) -> str | None:
+    """Why the config's `architectures` are not on the kog path, or None. A mixture-of-experts model (a MOE_ARCHS
+    architecture, or any config with experts: num_experts, num_local_experts or n_routed_experts) has its own
+    reason."""
+    if archs and archs[0] in SUPPORTED_ARCHS and not num_experts:
         return None
+    if num_experts or (archs and archs[0] in MOE_ARCHS):
+        return REASONS["mixture_of_experts"].format(archs=archs)
     return REASONS["architecture"].format(archs=archs)
+
+
+def config_num_experts(cfg: Any) -> int | None:
+    """Routed experts per layer of a config.json dict or a transformers config (None: a dense model). The field's name
+    differs by family: num_experts (Qwen2/3-MoE, OLMoE), num_local_experts (Mixtral, GPT-OSS), n_routed_experts
+    (DeepSeek)."""
+    get = cfg.get if isinstance(cfg, Mapping) else (lambda k: getattr(cfg, k, None))
+    for field in ("num_experts", "num_local_experts", "n_routed_experts"):
+        if get(field):
+            return int(get(field))
+    return None
 
 
 def sliding_window_reason(window: int | None, use_sliding_window: bool | None) -> str | None:

@@ -93,7 +93,7 @@ def start_reason(vllm_config: Any, kog_config: Any) -> str | None:
     mc = vllm_config.model_config
     hf = mc.hf_config
     reason = (
-        model.architecture_reason(list(getattr(hf, "architectures", None) or []))
+        model.architecture_reason(list(getattr(hf, "architectures", None) or []), model.config_num_experts(hf))
         or model.sliding_window_reason(getattr(hf, "sliding_window", None), getattr(hf, "use_sliding_window", None))
         or model.quantization_reason(getattr(hf, "quantization_config", None), mc.quantization)
     )

@@ -3,6 +3,7 @@
     kog make-checkpoint                          # llama-3.2-1b, seed 0, ~/.cache/kog_backend/checkpoints/...
     vllm serve "$(kog make-checkpoint)" --backend kog
     kog make-checkpoint --fp8 block              # FP8 weights with 128x128 block scales (tools/fixtures/fp8_checkpoints)
+    kog make-checkpoint --shape qwen3-30b-a3b --dummy   # config + tokenizer only: vllm serve ... --load-format dummy
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "vLLM loads: tensor (fp8, per-tensor scales), channel (compressed-tensors, per-channel "
                         "scales), block (fp8, 128x128 block scales); embedding, LM head and norms stay bf16")
     p.add_argument("--force", action="store_true", help="replace a different kog checkpoint already in --out")
+    p.add_argument("--dummy", action="store_true", help="write config.json, generation_config.json and the tokenizer "
+                   "only (no weights), for vLLM's --load-format dummy; default --out <checkpoint dir>/<shape>-dummy")
     p.add_argument("--list", action="store_true", help="list the shapes with their weight bytes per token and exit")
 
 
@@ -35,6 +38,20 @@ def run(args: argparse.Namespace) -> int:
         for name, cfg in shapes.SHAPES.items():
             print(f"{name:{width}s} {cfg['architectures'][0]:18s} {shapes.param_count(name) / 1e9:6.3f} B params  "
                   f"{shapes.weight_bytes_per_token(name) / 1e9:6.3f} GB read per token (bf16)")
+        return 0
+
+    if args.dummy:
+        if args.fp8:
+            print("kog make-checkpoint: --dummy writes no weights; --fp8 applies to weights only", file=sys.stderr)
+            return 2
+        from kog_backend.tools.fixtures.checkpoints import write_dummy
+
+        try:
+            path = write_dummy(args.shape, args.out or None, force=args.force)
+        except FileExistsError as e:
+            print(f"kog make-checkpoint: {e}", file=sys.stderr)
+            return 2
+        print(path)
         return 0
 
     import torch
