@@ -91,6 +91,23 @@ def test_memory_that_does_not_fit_is_stated():
     assert coverage.memory_fit(cfg, coverage.GPU_MEMORY["h200"]).fits
 
 
+@pytest.mark.parametrize("qcfg", [
+    {"quant_method": "fp8", "activation_scheme": "dynamic"},
+    {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]},
+])
+def test_fp8_weights_count_one_byte_per_projection_weight(qcfg):
+    """Llama-3.1-8B: 6.98e9 projection parameters of 8.03e9; FP8 keeps embedding and LM head (2 x 0.525e9) in bf16."""
+    cfg = shapes.MODEL_CONFIGS["meta-llama/Llama-3.1-8B-Instruct"]
+    bf16 = coverage.weight_bytes(cfg)
+    proj = coverage.projection_params(cfg)
+    assert proj == 32 * (4096 * 4096 * 2 + 2 * 4096 * 1024 + 3 * 4096 * 14336)
+    fp8 = coverage.weight_bytes(dict(cfg, quantization_config=qcfg))
+    assert fp8 == bf16 - proj
+    assert 0.55 < fp8 / bf16 < 0.57  # (8.03e9 * 2 - 6.98e9) / (8.03e9 * 2)
+    assert coverage.memory_fit(dict(cfg, quantization_config=qcfg), coverage.GPU_MEMORY["h100"]).weights == fp8
+    assert coverage.weight_bytes(dict(cfg, quantization_config={"quant_method": "awq"})) == bf16  # refused anyway
+
+
 def _with(name, **fields):
     cfg = copy.deepcopy(shapes.MODEL_CONFIGS[name])
     cfg.update(fields)
