@@ -9,9 +9,11 @@ the logits are within a relative 1e-5 (measured: at most 1.2e-6 per position ove
 In bf16 the reference follows vLLM's roundings (router logits in bf16) while HF runs in fp32, so a top-k boundary
 that HF sees as a near-tie may fall the other way and that position's MLP changes by a whole expert (measured: up
 to 0.32 relative error of such a position's logits). The bf16 test therefore requires (a) every differing route to
-be one where HF's k-th and (k+1)-th router logits are within 0.5, (b) the logits of the positions whose routes all
-agree to be within a relative 0.15 of HF's over the sequence. Measured over 160 fresh models (40 per case, 20
-positions): differing routes within 0.30, relative error at most 0.079, at least 15 of 20 positions routed as HF.
+be explained by the drift of the router logits: HF's gap between its k-th and (k+1)-th logit at most the spread of
+(HF's log-softmax - the reference's), which any flip implies (a fixed gap bound, 0.5, was exceeded once, 0.5003, in
+a few hundred fresh models), (b) at least half the positions routed as HF routes them, (c) the logits of those
+positions within a relative 0.15 of HF's over the sequence. Measured over 160 fresh models (40 per case, 20
+positions): relative error at most 0.079, at least 15 of 20 positions routed as HF.
 """
 
 from __future__ import annotations
@@ -102,9 +104,15 @@ def test_bf16_matches_hf_up_to_routing_near_ties(num_experts, top_k, norm):
         for layer, r in enumerate(per_layer):
             logits = router_logits[layer][pos]
             if set(r.experts.tolist()) != _hf_route(logits, top_k, norm)[0]:
-                top = logits.sort(descending=True).values
+                # Routes can differ only where the router logits (each side's, up to the softmax's constant) moved
+                # by more than HF's gap between its k-th and (k+1)-th: for an expert a that HF takes and the
+                # reference does not, and b the other way, (lh - lr)[a] - (lh - lr)[b] >= lh[a] - lh[b] >= gap.
+                top = logits.float().sort(descending=True).values
                 gap = float(top[top_k - 1] - top[top_k])
-                assert gap < 0.5, f"position {pos} layer {layer}: routed differently at a logit gap of {gap:.3f}"
+                moved = torch.log_softmax(logits.float(), -1) - torch.log(r.probs)
+                spread = float(moved.max() - moved.min())
+                assert gap <= spread, (f"position {pos} layer {layer}: routed differently at a logit gap of "
+                                       f"{gap:.3f} while the router logits moved by at most {spread:.3f}")
                 agree[pos] = False
     assert agree.sum() >= SEQ_LEN // 2
     rel = (got[agree] - ref[agree]).norm() / ref[agree].norm()
