@@ -10,33 +10,17 @@ import os
 import pytest
 
 torch = pytest.importorskip("torch")
-from safetensors import safe_open  # noqa: E402
+from checkpoint_files import offline_hub, read_tensors  # noqa: E402,F401 (offline_hub: autouse)
 
 from kog_backend.tools.fixtures import checkpoints, shapes  # noqa: E402
 
 TINY = ("tiny-llama", "tiny-qwen3")
 
 
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
-
-
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
     root = tmp_path_factory.mktemp("ckpt")
     return {name: checkpoints.write_checkpoint(name, str(root / name), seed=0, device="cpu") for name in TINY}
-
-
-def _tensors(path: str) -> dict[str, "torch.Tensor"]:
-    out = {}
-    files = [f for f in sorted(os.listdir(path)) if f.endswith(".safetensors")]
-    for f in files:
-        with safe_open(os.path.join(path, f), framework="pt") as st:
-            for k in st.keys():
-                out[k] = st.get_tensor(k)
-    return out
 
 
 @pytest.mark.parametrize("name", TINY)
@@ -87,7 +71,7 @@ def test_loads_in_transformers_and_runs(written, name):
 @pytest.mark.parametrize("name", TINY)
 def test_stored_names_and_init_statistics(written, name):
     cfg = shapes.SHAPES[name]
-    t = _tensors(written[name])
+    t = read_tensors(written[name])
     assert "lm_head.weight" not in t  # tied heads are not stored, as in the published checkpoints
     assert sum(v.numel() for v in t.values()) == shapes.param_count(name)
     assert all(v.dtype == torch.bfloat16 for v in t.values())
@@ -224,10 +208,10 @@ def test_idempotent_and_refuses_another_checkpoint(written, tmp_path):
     # Same seed elsewhere: identical weights. force=True replaces with another seed: different weights.
     other = str(tmp_path / "copy")
     checkpoints.write_checkpoint("tiny-llama", other, seed=0, device="cpu")
-    a, b = _tensors(d), _tensors(other)
+    a, b = read_tensors(d), read_tensors(other)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     checkpoints.write_checkpoint("tiny-llama", other, seed=1, device="cpu", force=True)
-    c = _tensors(other)
+    c = read_tensors(other)
     assert checkpoints.read_marker(other)["seed"] == 1
     assert not torch.equal(a["model.embed_tokens.weight"], c["model.embed_tokens.weight"])
 
@@ -245,7 +229,7 @@ def test_concurrent_writers_take_turns(tmp_path):
         t.join()
     assert sum("nothing to do" in m for m in logs) == 1 and sum("wrote" in m for m in logs) == 1
     assert checkpoints.read_marker(d)["shape"] == "tiny-llama"
-    assert sum(v.numel() for v in _tensors(d).values()) == shapes.param_count("tiny-llama")
+    assert sum(v.numel() for v in read_tensors(d).values()) == shapes.param_count("tiny-llama")
 
 
 def test_partial_write_is_redone(tmp_path):
@@ -258,7 +242,7 @@ def test_partial_write_is_redone(tmp_path):
         f.write("kept")
     checkpoints.write_checkpoint("tiny-qwen3", d, seed=0, device="cpu")
     assert checkpoints.read_marker(d)["shape"] == "tiny-qwen3"
-    assert sum(v.numel() for v in _tensors(d).values()) == shapes.param_count("tiny-qwen3")
+    assert sum(v.numel() for v in read_tensors(d).values()) == shapes.param_count("tiny-qwen3")
     assert os.path.isfile(os.path.join(d, "unrelated.txt"))
 
 
@@ -275,14 +259,14 @@ def test_sharded_untied_checkpoint(tmp_path, monkeypatch, written):
     assert n >= 3 and files == [f"model-{i:05d}-of-{n:05d}.safetensors" for i in range(1, n + 1)]
     with open(os.path.join(d, "model.safetensors.index.json")) as f:
         index = json.load(f)
-    t = _tensors(d)
+    t = read_tensors(d)
     assert set(index["weight_map"]) == set(t) and "lm_head.weight" in t
     assert index["metadata"]["total_size"] == 2 * shapes.param_count(untied)
     for name in files:  # at most the shard size, unless one tensor alone is larger (the 2 MB embedding)
         held = [k for k, f in index["weight_map"].items() if f == name]
         assert len(held) == 1 or sum(2 * t[k].numel() for k in held) <= 1_500_000
     # Per-tensor streams: sharding does not change the values shared with the tied checkpoint.
-    tied = _tensors(written["tiny-llama"])
+    tied = read_tensors(written["tiny-llama"])
     assert torch.equal(t["model.layers.0.self_attn.q_proj.weight"], tied["model.layers.0.self_attn.q_proj.weight"])
     model = AutoModelForCausalLM.from_pretrained(d)
     assert model.lm_head.weight is not model.model.embed_tokens.weight

@@ -12,7 +12,7 @@ from unittest import mock
 import pytest
 
 torch = pytest.importorskip("torch")
-from safetensors import safe_open  # noqa: E402
+from checkpoint_files import offline_hub, read_tensors  # noqa: E402,F401 (offline_hub: autouse)
 
 from kog_backend.path import quant_format  # noqa: E402
 from kog_backend.path.quant_format import BLOCK, Fp8Format  # noqa: E402
@@ -25,27 +25,12 @@ SCALE = {"tensor": ("weight_scale", torch.float32), "channel": ("weight_scale", 
 SLACK = 1 + 2**-20  # fp32 rounding of W / s and of W_fp8 * s
 
 
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
-
-
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
     root = tmp_path_factory.mktemp("fp8")
     out = {"bf16": checkpoints.write_checkpoint(SHAPE, str(root / "bf16"), device="cpu")}
     for layout in LAYOUTS:
         out[layout] = checkpoints.write_checkpoint(SHAPE, str(root / layout), device="cpu", fp8=layout)
-    return out
-
-
-def _tensors(path: str) -> dict[str, torch.Tensor]:
-    out = {}
-    for f in sorted(os.listdir(path)):
-        if f.endswith(".safetensors"):
-            with safe_open(os.path.join(path, f), framework="pt") as st:
-                out.update({k: st.get_tensor(k) for k in st.keys()})
     return out
 
 
@@ -67,7 +52,7 @@ def _projection_weights(cfg) -> list[str]:
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_names_shapes_dtypes_config(written, layout):
-    bf16, fp8 = _tensors(written["bf16"]), _tensors(written[layout])
+    bf16, fp8 = read_tensors(written["bf16"]), read_tensors(written[layout])
     fmt = fp8_checkpoints.FORMATS[layout]
     scale_name, scale_dtype = SCALE[layout]
     quantised = _projection_weights(shapes.SHAPES[SHAPE])
@@ -98,7 +83,7 @@ def test_names_shapes_dtypes_config(written, layout):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_dequantised_weights_are_the_bf16_source_within_e4m3_rounding(written, layout):
-    bf16, fp8 = _tensors(written["bf16"]), _tensors(written[layout])
+    bf16, fp8 = read_tensors(written["bf16"]), read_tensors(written[layout])
     scale_name = SCALE[layout][0]
     worst = 0.0
     for name in _projection_weights(shapes.SHAPES[SHAPE]):

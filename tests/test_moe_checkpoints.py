@@ -12,7 +12,7 @@ import os
 import pytest
 
 torch = pytest.importorskip("torch")
-from safetensors import safe_open  # noqa: E402
+from checkpoint_files import offline_hub, read_tensors  # noqa: E402,F401 (offline_hub: autouse)
 
 from kog_backend.path import coverage, gate  # noqa: E402
 from kog_backend.tools.fixtures import checkpoints, shapes  # noqa: E402
@@ -33,21 +33,10 @@ PUBLISHED_30B_A3B = {
 }  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
-
-
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
     root = tmp_path_factory.mktemp("moe")
     return {name: checkpoints.write_checkpoint(name, str(root / name), seed=0, device="cpu") for name in TINY_MOE}
-
-
-def _tensors(path: str) -> dict[str, "torch.Tensor"]:
-    with safe_open(os.path.join(path, "model.safetensors"), framework="pt") as st:
-        return {k: st.get_tensor(k) for k in st.keys()}
 
 
 def test_30b_a3b_shape_is_the_published_config():
@@ -72,7 +61,7 @@ def test_tiny_moe_checkpoint_stores_experts_as_published_and_loads(written, name
     with open(os.path.join(d, "config.json")) as f:
         assert json.load(f) == cfg
     assert checkpoints.read_marker(d)["param_count"] == shapes.param_count(name)
-    t = _tensors(d)
+    t = read_tensors(d)
     E, I, H = cfg["num_experts"], cfg["moe_intermediate_size"], cfg["hidden_size"]
     experts = {k for k in t if ".mlp.experts." in k}
     assert len(experts) == cfg["num_hidden_layers"] * E * 3
