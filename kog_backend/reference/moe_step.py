@@ -44,8 +44,9 @@ import dataclasses
 
 import torch
 
-from kog_backend.path.model_spec import DecoderShape, kv_cache_view
-from kog_backend.reference.torch_step import Index, add_rms_norm, attention_block, linear, rms_norm, silu_and_mul
+from kog_backend.path.model_spec import DecoderShape
+from kog_backend.reference import torch_step
+from kog_backend.reference.torch_step import Index, linear, silu_and_mul
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,18 +141,8 @@ def decode_hidden(
     max_seq_len: int,
     routes: list[Route] | None = None,
 ) -> torch.Tensor:
-    """Final-normed hidden state [H] of the token whose embedding row is `embedded` [H], at `position`, as
+    """Final-normed hidden state [H] of the token whose embedding row is `embedded` [H], at `position`:
     torch_step.decode_hidden with the MoE block for the MLP (TP = 1); appends its K/V to every layer and, when
     `routes` is given, each layer's Route in layer order."""
-    s = weights.shape
-    residual = embedded
-    x = rms_norm(residual, weights.layers[0].input_norm, s.rms_eps)
-    for i, lw in enumerate(weights.layers):
-        cache = kv_cache_view(kv_caches[i], s.head_dim)
-        if i > 0:
-            x, residual = add_rms_norm(x, residual, lw.input_norm, s.rms_eps)
-        x = attention_block(lw, x, weights, cache, block_table, position, slot, max_seq_len, None)
-        x, residual = add_rms_norm(x, residual, lw.post_norm, s.rms_eps)
-        x = moe_block(lw, x, weights.moe, routes)
-    x, _ = add_rms_norm(x, residual, weights.final_norm, s.rms_eps)
-    return x
+    return torch_step.decode_hidden(weights, kv_caches, embedded, position, slot, block_table, max_seq_len,
+                                    mlp=lambda lw, x: moe_block(lw, x, weights.moe, routes))

@@ -154,9 +154,14 @@ def decode_hidden(
     block_table: torch.Tensor,
     max_seq_len: int,
     all_reduce: AllReduce | None = None,
+    mlp: Callable[[LayerWeights, torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Final-normed hidden state [H] of the token whose embedding row is `embedded` [H], at `position` (the
-    context is [0, position]; max_seq_len >= position + 1 bounds it on the host); appends its K/V to every layer."""
+    context is [0, position]; max_seq_len >= position + 1 bounds it on the host); appends its K/V to every layer.
+    `mlp(layer_weights, x)`: the block after the post-attention norm, mlp_block by default (moe_step passes its
+    MoE block)."""
+    if mlp is None:
+        mlp = lambda lw, x: mlp_block(lw, x, all_reduce)  # noqa: E731
     s = weights.shape
     residual = embedded
     x = rms_norm(residual, weights.layers[0].input_norm, s.rms_eps)
@@ -166,7 +171,7 @@ def decode_hidden(
             x, residual = add_rms_norm(x, residual, lw.input_norm, s.rms_eps)
         x = attention_block(lw, x, weights, cache, block_table, position, slot, max_seq_len, all_reduce)
         x, residual = add_rms_norm(x, residual, lw.post_norm, s.rms_eps)
-        x = mlp_block(lw, x, all_reduce)
+        x = mlp(lw, x)
     x, _ = add_rms_norm(x, residual, weights.final_norm, s.rms_eps)
     return x
 
