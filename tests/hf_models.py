@@ -42,31 +42,45 @@ def tiny_hf_model(arch: str, head_dim: int, gqa: int, tied: bool, vocab_size: in
     return hf
 
 
-def weights_from_hf(hf, arch: str, dtype: torch.dtype) -> model_spec.DecoderWeights:
-    """vLLM's layout (q|k|v and gate|up rows fused) with the RoPE cache from vLLM's own get_rope."""
+def attention_weights(layer, dtype: torch.dtype) -> dict[str, torch.Tensor | None]:
+    """One HF decoder layer's norms and attention projections in vLLM's layout (q|k|v rows fused), as the
+    LayerWeights fields of the same names; q_norm / k_norm None where the model has no qk-norm."""
+    a = layer.self_attn
+    return {
+        "input_norm": layer.input_layernorm.weight.data.to(dtype),
+        "qkv": torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).data.to(dtype),
+        "q_norm": a.q_norm.weight.data.to(dtype) if hasattr(a, "q_norm") else None,
+        "k_norm": a.k_norm.weight.data.to(dtype) if hasattr(a, "k_norm") else None,
+        "o_proj": a.o_proj.weight.data.to(dtype),
+        "post_norm": layer.post_attention_layernorm.weight.data.to(dtype),
+    }
+
+
+def vllm_cos_sin(cfg, dtype: torch.dtype) -> torch.Tensor:
+    """The RoPE cos/sin cache [max_position, head_dim] from vLLM's own get_rope for an HF config."""
     from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
     from vllm.model_executor.layers.rotary_embedding import get_rope
 
+    with set_current_vllm_config(VllmConfig(device_config=DeviceConfig(device="cpu"))):
+        rope = get_rope(cfg.head_dim, cfg.max_position_embeddings, True, dict(cfg.rope_parameters), torch.float32)
+    return rope.cos_sin_cache.to(dtype)
+
+
+def weights_from_hf(hf, arch: str, dtype: torch.dtype) -> model_spec.DecoderWeights:
+    """vLLM's layout (q|k|v and gate|up rows fused) with the RoPE cache from vLLM's own get_rope."""
     cfg, m = hf.config, hf.model
     layers = []
     for layer in m.layers:
         a, mlp = layer.self_attn, layer.mlp
         layers.append(
             model_spec.LayerWeights(
-                input_norm=layer.input_layernorm.weight.data.to(dtype),
-                qkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).data.to(dtype),
-                q_norm=a.q_norm.weight.data.to(dtype) if hasattr(a, "q_norm") else None,
-                k_norm=a.k_norm.weight.data.to(dtype) if hasattr(a, "k_norm") else None,
-                o_proj=a.o_proj.weight.data.to(dtype),
-                post_norm=layer.post_attention_layernorm.weight.data.to(dtype),
+                **attention_weights(layer, dtype),
                 gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).data.to(dtype),
                 down=mlp.down_proj.weight.data.to(dtype),
                 qkv_bias=torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]).data.to(dtype)
                 if a.q_proj.bias is not None else None,
             )
         )
-    with set_current_vllm_config(VllmConfig(device_config=DeviceConfig(device="cpu"))):
-        rope = get_rope(cfg.head_dim, cfg.max_position_embeddings, True, dict(cfg.rope_parameters), torch.float32)
     shape = model_spec.DecoderShape(
         arch=arch, num_layers=cfg.num_hidden_layers, hidden_size=cfg.hidden_size, num_heads=cfg.num_attention_heads,
         num_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim, intermediate_size=cfg.intermediate_size,
@@ -77,5 +91,5 @@ def weights_from_hf(hf, arch: str, dtype: torch.dtype) -> model_spec.DecoderWeig
     return model_spec.DecoderWeights(
         shape=shape, embed=m.embed_tokens.weight.data.to(dtype), layers=layers,
         final_norm=m.norm.weight.data.to(dtype), lm_head=hf.lm_head.weight.data.to(dtype),
-        cos_sin=rope.cos_sin_cache.to(dtype),
+        cos_sin=vllm_cos_sin(cfg, dtype),
     )  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 import transformers
+from hf_models import attention_weights, vllm_cos_sin
 
 from kog_backend.path import model_spec
 from kog_backend.reference import moe_step
@@ -38,28 +39,18 @@ def tiny_hf_moe_model(num_experts: int, top_k: int, norm_topk_prob: bool, tied: 
 def moe_weights_from_hf(hf, dtype: torch.dtype) -> moe_step.MoeDecoderWeights:
     """vLLM's layout: q|k|v rows fused; transformers 5 already holds each layer's experts as vLLM does (gate_up_proj
     [E, 2 I, H] with gate rows first = w13, down_proj [E, H, I] = w2); RoPE cache from vLLM's own get_rope."""
-    from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
-    from vllm.model_executor.layers.rotary_embedding import get_rope
-
     cfg, m = hf.config, hf.model
     layers = []
     for layer in m.layers:
-        a, mlp = layer.self_attn, layer.mlp
+        mlp = layer.mlp
         layers.append(
             moe_step.MoeLayerWeights(
-                input_norm=layer.input_layernorm.weight.data.to(dtype),
-                qkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).data.to(dtype),
-                q_norm=a.q_norm.weight.data.to(dtype),
-                k_norm=a.k_norm.weight.data.to(dtype),
-                o_proj=a.o_proj.weight.data.to(dtype),
-                post_norm=layer.post_attention_layernorm.weight.data.to(dtype),
+                **attention_weights(layer, dtype),
                 router=mlp.gate.weight.data.to(dtype),
                 w13=mlp.experts.gate_up_proj.data.to(dtype),
                 w2=mlp.experts.down_proj.data.to(dtype),
             )
         )
-    with set_current_vllm_config(VllmConfig(device_config=DeviceConfig(device="cpu"))):
-        rope = get_rope(cfg.head_dim, cfg.max_position_embeddings, True, dict(cfg.rope_parameters), torch.float32)
     shape = model_spec.DecoderShape(
         arch="qwen3", num_layers=cfg.num_hidden_layers, hidden_size=cfg.hidden_size, num_heads=cfg.num_attention_heads,
         num_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim, intermediate_size=cfg.moe_intermediate_size,
@@ -71,5 +62,5 @@ def moe_weights_from_hf(hf, dtype: torch.dtype) -> moe_step.MoeDecoderWeights:
     return moe_step.MoeDecoderWeights(
         shape=shape, moe=moe, embed=m.embed_tokens.weight.data.to(dtype), layers=layers,
         final_norm=m.norm.weight.data.to(dtype), lm_head=hf.lm_head.weight.data.to(dtype),
-        cos_sin=rope.cos_sin_cache.to(dtype),
+        cos_sin=vllm_cos_sin(cfg, dtype),
     )  # fmt: skip
