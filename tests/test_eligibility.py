@@ -3,12 +3,11 @@ on vLLM's own SchedulerOutput, SamplingParams and config objects: every reason h
 
 from __future__ import annotations
 
-import types
-
 import pytest
 import torch
 from vllm.sampling_params import SamplingParams, StructuredOutputsParams
-from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
+from gate_inputs import decode_step, server_config
+from vllm.v1.core.sched.output import NewRequestData
 
 from kog_backend.path import eligibility
 from kog_backend.path.eligibility import REQUEST_FEATURES, SERVER_FEATURES
@@ -28,34 +27,24 @@ def _new_req(req_id: str, sp: SamplingParams | None = None) -> NewRequestData:
     )
 
 
-def _decode_step(*req_ids: str, tokens: int = 1, **overrides) -> SchedulerOutput:
-    so = SchedulerOutput.make_empty()
-    so.scheduled_cached_reqs = CachedRequestData.make_empty()
-    so.num_scheduled_tokens = {r: tokens for r in req_ids}
-    so.total_num_scheduled_tokens = tokens * len(req_ids)
-    for k, v in overrides.items():
-        setattr(so, k, v)
-    return so
-
-
 OK = {"a": None, "b": None}
 
 
 def test_single_decode_is_eligible():
-    assert eligibility.step_unsupported_reason(_decode_step("a"), OK) is None
+    assert eligibility.step_unsupported_reason(decode_step("a"), OK) is None
 
 
 @pytest.mark.parametrize(
     "so,reason",
     [
-        (_decode_step("a", "b"), "batch of several requests"),
-        (_decode_step(), "no request scheduled"),
-        (_decode_step("a", tokens=7), "prefill"),
-        (_decode_step("a", scheduled_new_reqs=[_new_req("a")]), "prefill"),
-        (_decode_step("a", scheduled_spec_decode_tokens={"a": [5]}), "speculative tokens scheduled"),
-        (_decode_step("a", scheduled_encoder_inputs={"a": [0]}), "encoder inputs scheduled"),
-        (_decode_step("a", has_structured_output_requests=True), REQUEST_FEATURES["structured_outputs"]),
-        (_decode_step("zz"), "request unknown to the kog runner"),
+        (decode_step("a", "b"), "batch of several requests"),
+        (decode_step(), "no request scheduled"),
+        (decode_step("a", tokens=7), "prefill"),
+        (decode_step("a", scheduled_new_reqs=[_new_req("a")]), "prefill"),
+        (decode_step("a", scheduled_spec_decode_tokens={"a": [5]}), "speculative tokens scheduled"),
+        (decode_step("a", scheduled_encoder_inputs={"a": [0]}), "encoder inputs scheduled"),
+        (decode_step("a", has_structured_output_requests=True), REQUEST_FEATURES["structured_outputs"]),
+        (decode_step("zz"), "request unknown to the kog runner"),
     ],
 )
 def test_step_reasons(so, reason):
@@ -63,12 +52,12 @@ def test_step_reasons(so, reason):
 
 
 def test_dummy_run_is_refused():
-    assert eligibility.step_unsupported_reason(_decode_step("a"), OK, dummy_run=True) == "dummy run"
+    assert eligibility.step_unsupported_reason(decode_step("a"), OK, dummy_run=True) == "dummy run"
 
 
 def test_request_reason_is_the_step_reason():
     reasons = {"a": REQUEST_FEATURES["logprobs"]}
-    assert eligibility.step_unsupported_reason(_decode_step("a"), reasons) == REQUEST_FEATURES["logprobs"]
+    assert eligibility.step_unsupported_reason(decode_step("a"), reasons) == REQUEST_FEATURES["logprobs"]
 
 
 @pytest.mark.parametrize(
@@ -124,31 +113,8 @@ def test_supported_requests(kwargs):
     assert eligibility.request_single_token_reason(sp) is None  # K-token bursts
 
 
-def _vllm_config(**over):
-    pc = types.SimpleNamespace(
-        pipeline_parallel_size=1, data_parallel_size=1, decode_context_parallel_size=1, prefill_context_parallel_size=1
-    )
-    mc = types.SimpleNamespace(
-        dtype=torch.bfloat16, is_encoder_decoder=False, is_multimodal_model=False, runner_type="generate"
-    )
-    cfg = types.SimpleNamespace(
-        parallel_config=pc,
-        model_config=mc,
-        cache_config=types.SimpleNamespace(cache_dtype="auto"),
-        lora_config=None,
-        speculative_config=None,
-    )
-    for path, value in over.items():
-        obj = cfg
-        *head, last = path.split(".")
-        for h in head:
-            obj = getattr(obj, h)
-        setattr(obj, last, value)
-    return cfg
-
-
 def test_server_eligible():
-    assert eligibility.server_unsupported_reason(_vllm_config()) is None
+    assert eligibility.server_unsupported_reason(server_config()) is None
 
 
 @pytest.mark.parametrize(
@@ -167,10 +133,10 @@ def test_server_eligible():
     ],
 )
 def test_server_reasons(over, key):
-    assert eligibility.server_unsupported_reason(_vllm_config(**over)).startswith(SERVER_FEATURES[key])
+    assert eligibility.server_unsupported_reason(server_config(**over)).startswith(SERVER_FEATURES[key])
 
 
-def test_server_reasons_on_a_real_vllm_config():
+def test_server_reasons_on_a_realserver_config():
     """vLLM's own config object has every attribute the gate reads."""
     from vllm.config import DeviceConfig, VllmConfig
 

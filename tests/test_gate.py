@@ -11,7 +11,8 @@ from unittest import mock
 import pytest
 import torch
 from vllm.sampling_params import SamplingParams, StructuredOutputsParams
-from vllm.v1.core.sched.output import CachedRequestData, SchedulerOutput
+from gate_inputs import decode_step, server_config
+from vllm.v1.core.sched.output import CachedRequestData
 
 from kog_backend.monokernel import synthetic
 from kog_backend.path import gate
@@ -36,33 +37,6 @@ def _weights(**over):
 
 def _layer(w, **over):
     return dataclasses.replace(w, layers=[dataclasses.replace(w.layers[0], **over), *w.layers[1:]])
-
-
-def _vllm_config(**over):
-    cfg = NS(
-        parallel_config=NS(pipeline_parallel_size=1, data_parallel_size=1, decode_context_parallel_size=1,
-                           prefill_context_parallel_size=1),
-        model_config=NS(dtype=torch.bfloat16, is_encoder_decoder=False, is_multimodal_model=False,
-                        runner_type="generate"),
-        cache_config=NS(cache_dtype="auto"), lora_config=None, speculative_config=None,
-    )  # fmt: skip
-    for path, value in over.items():
-        obj = cfg
-        *head, last = path.split(".")
-        for h in head:
-            obj = getattr(obj, h)
-        setattr(obj, last, value)
-    return cfg
-
-
-def _step(*req_ids, tokens=1, **over):
-    so = SchedulerOutput.make_empty()
-    so.scheduled_cached_reqs = CachedRequestData.make_empty()
-    so.num_scheduled_tokens = {r: tokens for r in req_ids}
-    so.total_num_scheduled_tokens = tokens * len(req_ids)
-    for k, v in over.items():
-        setattr(so, k, v)
-    return so
 
 
 def _no_cuda():
@@ -142,24 +116,24 @@ CASES = [
         _extension(config=list(dict(layout.CONFIG, kHeaderBytes=0).values())))),
     ("extension", "constants", lambda: layout.extension_mismatch(_extension(config=list(layout.CONFIG.values())[:-1]))),
     ("server", "pipeline_parallel", lambda: server.server_unsupported_reason(
-        _vllm_config(**{"parallel_config.pipeline_parallel_size": 2}))),
+        server_config(**{"parallel_config.pipeline_parallel_size": 2}))),
     ("server", "data_parallel", lambda: server.server_unsupported_reason(
-        _vllm_config(**{"parallel_config.data_parallel_size": 2}))),
+        server_config(**{"parallel_config.data_parallel_size": 2}))),
     ("server", "decode_context_parallel", lambda: server.server_unsupported_reason(
-        _vllm_config(**{"parallel_config.prefill_context_parallel_size": 2}))),
-    ("server", "lora", lambda: server.server_unsupported_reason(_vllm_config(lora_config=object()))),
-    ("server", "speculative", lambda: server.server_unsupported_reason(_vllm_config(speculative_config=object()))),
-    ("server", "no_model_config", lambda: server.server_unsupported_reason(_vllm_config(model_config=None))),
+        server_config(**{"parallel_config.prefill_context_parallel_size": 2}))),
+    ("server", "lora", lambda: server.server_unsupported_reason(server_config(lora_config=object()))),
+    ("server", "speculative", lambda: server.server_unsupported_reason(server_config(speculative_config=object()))),
+    ("server", "no_model_config", lambda: server.server_unsupported_reason(server_config(model_config=None))),
     ("server", "encoder_decoder", lambda: server.server_unsupported_reason(
-        _vllm_config(**{"model_config.is_encoder_decoder": True}))),
+        server_config(**{"model_config.is_encoder_decoder": True}))),
     ("server", "multimodal", lambda: server.server_unsupported_reason(
-        _vllm_config(**{"model_config.is_multimodal_model": True}))),
+        server_config(**{"model_config.is_multimodal_model": True}))),
     ("server", "pooling", lambda: server.server_unsupported_reason(
-        _vllm_config(**{"model_config.runner_type": "pooling"}))),
+        server_config(**{"model_config.runner_type": "pooling"}))),
     ("server", "model_dtype", lambda: server.server_unsupported_reason(
-        _vllm_config(**{"model_config.dtype": torch.float16}))),
+        server_config(**{"model_config.dtype": torch.float16}))),
     ("server", "kv_cache_dtype", lambda: server.server_unsupported_reason(
-        _vllm_config(**{"cache_config.cache_dtype": "fp8"}))),
+        server_config(**{"cache_config.cache_dtype": "fp8"}))),
     ("model", "architecture", lambda: model.architecture_reason(["Gemma2ForCausalLM"])),
     ("model", "architecture", lambda: model.architecture_reason([])),
     ("model", "mixture_of_experts", lambda: model.architecture_reason(["Qwen3MoeForCausalLM"])),
@@ -267,16 +241,16 @@ CASES = [
     ("burst", "min_tokens", _burst(single=burst.request_single_token_reason(SamplingParams(min_tokens=4)))),
     ("burst", "scheduler", lambda: burst.scheduling_reason(False, False)),
     ("burst", "async_scheduling", lambda: burst.scheduling_reason(True, True)),
-    ("step", "dummy_run", lambda: step.step_unsupported_reason(_step("a"), {"a": None}, dummy_run=True)),
-    ("step", "batch", lambda: step.step_unsupported_reason(_step("a", "b"), {})),
-    ("step", "idle", lambda: step.step_unsupported_reason(_step(), {})),
-    ("step", "prefill", lambda: step.step_unsupported_reason(_step("a", tokens=7), {"a": None})),
+    ("step", "dummy_run", lambda: step.step_unsupported_reason(decode_step("a"), {"a": None}, dummy_run=True)),
+    ("step", "batch", lambda: step.step_unsupported_reason(decode_step("a", "b"), {})),
+    ("step", "idle", lambda: step.step_unsupported_reason(decode_step(), {})),
+    ("step", "prefill", lambda: step.step_unsupported_reason(decode_step("a", tokens=7), {"a": None})),
     ("step", "speculative", lambda: step.step_unsupported_reason(
-        _step("a", scheduled_spec_decode_tokens={"a": [5]}), {"a": None})),
+        decode_step("a", scheduled_spec_decode_tokens={"a": [5]}), {"a": None})),
     ("step", "encoder", lambda: step.step_unsupported_reason(
-        _step("a", scheduled_encoder_inputs={"a": [0]}), {"a": None})),
-    ("step", "unknown_request", lambda: step.step_unsupported_reason(_step("zz"), {"a": None})),
-    ("step", "long_context", lambda: step.step_unsupported_reason(_step("a", scheduled_cached_reqs=CachedRequestData(
+        decode_step("a", scheduled_encoder_inputs={"a": [0]}), {"a": None})),
+    ("step", "unknown_request", lambda: step.step_unsupported_reason(decode_step("zz"), {"a": None})),
+    ("step", "long_context", lambda: step.step_unsupported_reason(decode_step("a", scheduled_cached_reqs=CachedRequestData(
         req_ids=["a"], resumed_req_ids=set(), new_token_ids=[], all_token_ids={}, new_block_ids=[None],
         num_computed_tokens=[step.MAX_TESTED_CONTEXT], num_output_tokens=[1])), {"a": None})),
 ]
@@ -320,7 +294,7 @@ def test_strings_the_gate_never_returns_have_no_key():
 def test_eligible_inputs_have_no_reason():
     assert environment.vllm_version_reason("0.26.0") is None and environment.gpu_reason((9, 0), "H100") is None
     assert extension.version_reason(6, 6) is None and layout.extension_mismatch(_extension()) is None
-    assert server.server_unsupported_reason(_vllm_config()) is None
+    assert server.server_unsupported_reason(server_config()) is None
     assert model.architecture_reason(["Qwen2ForCausalLM"]) is None and model.head_dim_reason(128) is None
     assert model.config_num_experts({"num_experts": 0}) is None and model.config_num_experts(NS()) is None
     assert model.config_bias_reason("qwen2", False, True) is None  # Qwen2's QKV bias
@@ -330,7 +304,7 @@ def test_eligible_inputs_have_no_reason():
     assert monokernel.shape_reason(_shape(), 1) is None and monokernel.weights_reason(_weights(), CPU) is None
     assert monokernel.tp_option_reason(2, True) is None and monokernel.tp_reason(_shape(tp_size=2), 2) is None
     assert _burst()() is None and _burst(sampling=None)() is None
-    assert step.step_unsupported_reason(_step("a"), {"a": None}) is None
+    assert step.step_unsupported_reason(decode_step("a"), {"a": None}) is None
 
 
 def test_levels_say_what_kog_doctor_lists():
