@@ -39,3 +39,12 @@ def decode_step(*req_ids: str, tokens: int = 1, **over) -> SchedulerOutput:
     for k, v in over.items():
         setattr(so, k, v)
     return so
+
+
+def decode_at(position: int, outputs: int, req_id: str = "a") -> SchedulerOutput:
+    """One cached request decoding the token at `position` (num_computed_tokens), with `outputs` output tokens so
+    far (vLLM's num_output_tokens; the prompt then has position + 1 - outputs tokens)."""
+    return decode_step(req_id, scheduled_cached_reqs=CachedRequestData(
+        req_ids=[req_id], resumed_req_ids=set(), new_token_ids=[], all_token_ids={}, new_block_ids=[None],
+        num_computed_tokens=[position], num_output_tokens=[outputs],
+    ))  # fmt: skip

@@ -11,8 +11,7 @@ from unittest import mock
 import pytest
 import torch
 from vllm.sampling_params import SamplingParams, StructuredOutputsParams
-from gate_inputs import decode_step, server_config
-from vllm.v1.core.sched.output import CachedRequestData
+from gate_inputs import decode_at, decode_step, server_config
 
 from kog_backend.monokernel import synthetic
 from kog_backend.path import gate
@@ -250,9 +249,8 @@ CASES = [
     ("step", "encoder", lambda: step.step_unsupported_reason(
         decode_step("a", scheduled_encoder_inputs={"a": [0]}), {"a": None})),
     ("step", "unknown_request", lambda: step.step_unsupported_reason(decode_step("zz"), {"a": None})),
-    ("step", "long_context", lambda: step.step_unsupported_reason(decode_step("a", scheduled_cached_reqs=CachedRequestData(
-        req_ids=["a"], resumed_req_ids=set(), new_token_ids=[], all_token_ids={}, new_block_ids=[None],
-        num_computed_tokens=[step.MAX_TESTED_CONTEXT], num_output_tokens=[1])), {"a": None})),
+    ("step", "long_context", lambda: step.step_unsupported_reason(
+        decode_at(step.MAX_TESTED_CONTEXT, outputs=1), {"a": None})),
 ]
 
 

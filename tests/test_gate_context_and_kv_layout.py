@@ -5,23 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from vllm.v1.core.sched.output import CachedRequestData, SchedulerOutput
+from gate_inputs import decode_at
 
 from kog_backend.engine.runner import burst_length
 from kog_backend.path import eligibility
 from kog_backend.path.eligibility import MAX_TESTED_CONTEXT, STEP_REASONS, TESTED_BLOCK_SIZES
 
 
-def _decode_at(position: int, prompt_len: int, req_id: str = "a") -> SchedulerOutput:
+def _decode_at(position: int, prompt_len: int):
     """One request decoding the token at `position` (outputs so far: position + 1 - prompt_len)."""
-    so = SchedulerOutput.make_empty()
-    so.scheduled_cached_reqs = CachedRequestData(
-        req_ids=[req_id], resumed_req_ids=set(), new_token_ids=[], all_token_ids={}, new_block_ids=[None],
-        num_computed_tokens=[position], num_output_tokens=[position + 1 - prompt_len],
-    )
-    so.num_scheduled_tokens = {req_id: 1}
-    so.total_num_scheduled_tokens = 1
-    return so
+    return decode_at(position, outputs=position + 1 - prompt_len)
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from vllm.v1.core.sched.output import CachedRequestData, SchedulerOutput
+from gate_inputs import decode_at
 
 from kog_backend.config import KogConfig
 from kog_backend.engine import runner as runner_mod
@@ -28,15 +28,8 @@ def _runner(tmp_path, max_model_len: int = 4096) -> KogModelRunner:
     return r
 
 
-def _step(position: int, outputs: int) -> SchedulerOutput:
-    so = SchedulerOutput.make_empty()
-    so.scheduled_cached_reqs = CachedRequestData(
-        req_ids=["a"], resumed_req_ids=set(), new_token_ids=[], all_token_ids={}, new_block_ids=[None],
-        num_computed_tokens=[position], num_output_tokens=[outputs],
-    )
-    so.num_scheduled_tokens = {"a": 1}
-    so.total_num_scheduled_tokens = 1
-    return so
+def _step(position: int, outputs: int):
+    return decode_at(position, outputs)
 
 
 @pytest.mark.parametrize(
