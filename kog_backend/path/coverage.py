@@ -86,22 +86,14 @@ def weight_bytes(cfg: Mapping[str, Any]) -> int:
     of those bytes even per channel, are not counted). Embedding, LM head and norms stay bf16 in every FP8 format."""
     from kog_backend.path import quant_format
     from kog_backend.tools.bench.model_bytes import normalized
-    from kog_backend.tools.fixtures.shapes import BF16_BYTES, param_count
+    from kog_backend.tools.fixtures.shapes import BF16_BYTES, param_count, projection_params
 
-    total = param_count(normalized(cfg)) * BF16_BYTES
+    cfg = normalized(cfg)
+    total = param_count(cfg) * BF16_BYTES
     fp8 = isinstance(quant_format.weight_format(cfg.get("quantization_config")), quant_format.Fp8Format)
-    if fp8 and not any(cfg.get(k) for k in ("num_experts", "num_local_experts", "n_routed_experts")):
-        total -= projection_params(cfg) * (BF16_BYTES - 1)
+    if fp8 and not gate.config_num_experts(cfg):
+        total -= cfg["num_hidden_layers"] * projection_params(cfg) * (BF16_BYTES - 1)
     return total
-
-
-def projection_params(cfg: Mapping[str, Any]) -> int:
-    """Parameters of the dense decoder layers' seven projections (q, k, v, o, gate, up, down), biases excluded."""
-    H, nh = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
-    nkv = int(cfg.get("num_key_value_heads") or nh)
-    D = int(cfg.get("head_dim") or H // nh)
-    per_layer = H * nh * D + 2 * H * nkv * D + nh * D * H + 3 * H * int(cfg["intermediate_size"])
-    return int(cfg["num_hidden_layers"]) * per_layer
 
 
 def kv_bytes_per_token(cfg: Mapping[str, Any]) -> int:
