@@ -57,14 +57,34 @@ class _SamplerProxy:
         return out
 
 
+def seed_weights(model: torch.nn.Module, seed: int, std: float) -> None:
+    """Overwrite a model's parameters in place, each from its own generator seeded by (seed, vLLM's parameter name):
+    RMSNorm weights 1 + N(0, 0.02), every other tensor N(0, std), as the random-weight checkpoints draw them. For
+    shapes whose checkpoint does not fit the device's disk, loaded with load_format="dummy" (vLLM's uniform +-1e-3,
+    which makes every logit ~1e-4 and teacher forcing meaningless). Two engines of one shape get the same weights;
+    in place, so the CUDA graphs and the kog path's pointers into vLLM's parameters stay valid."""
+    import zlib
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            g = torch.Generator(device=p.device).manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+            if name.endswith("norm.weight"):
+                p.normal_(1.0, 0.02, generator=g)
+            else:
+                p.normal_(0.0, std, generator=g)
+    torch.cuda.synchronize()
+
+
 def _record(queue: Any, model: str, engine_kwargs: dict, prompt_ids: list[int], max_tokens: int,
-            force: list[int] | None, warm: list[list[int]] | None = None) -> None:
+            force: list[int] | None, warm: list[list[int]] | None = None, reseed: tuple[int, float] | None = None) -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM, SamplingParams
 
     llm = LLM(model=model, **engine_kwargs)
     worker = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker
     runner = worker.model_runner
+    if reseed is not None:
+        seed_weights(runner.model, *reseed)
     if warm:  # earlier requests (one token each), e.g. to fill the prefix cache; their steps are not recorded
         llm.generate([{"prompt_token_ids": p} for p in warm], SamplingParams(temperature=0.0, max_tokens=1))
     before = worker.kog_stats() if hasattr(worker, "kog_stats") else None
@@ -84,12 +104,14 @@ def _record(queue: Any, model: str, engine_kwargs: dict, prompt_ids: list[int], 
 
 
 def record(model: str, engine_kwargs: dict, prompt_ids: list[int], max_tokens: int,
-           force: list[int] | None = None, timeout_s: float = 600, warm: list[list[int]] | None = None) -> Recording:
+           force: list[int] | None = None, timeout_s: float = 600, warm: list[list[int]] | None = None,
+           reseed: tuple[int, float] | None = None) -> Recording:
     """The greedy request's tokens and per-step logits in a fresh engine; `warm`: prompts generated first (one token
-    each, not recorded; the kog counters returned are the recorded request's)."""
+    each, not recorded; the kog counters returned are the recorded request's); `reseed` (seed, std): the loaded
+    weights replaced by seed_weights' before the first request (for load_format="dummy")."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_record, args=(queue, model, engine_kwargs, prompt_ids, max_tokens, force, warm))
+    proc = ctx.Process(target=_record, args=(queue, model, engine_kwargs, prompt_ids, max_tokens, force, warm, reseed))
     proc.start()
     try:
         tokens, logits, stats, cached = queue.get(timeout=timeout_s)

@@ -14,6 +14,7 @@ per side; here each side has N x (T - 1) = 10,500.
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.vllm_gpu
 
 IMPL = os.environ.get("KOG_TEST_IMPL", "torch")  # run again with KOG_TEST_IMPL=monokernel
 N, T = 1500, 8
-SMALL = dict(gpu_memory_utilization=0.1, max_model_len=512)
+SMALL = dict(gpu_memory_utilization=0.08, max_model_len=512)  # up to four engines side by side
 
 
 def _pooled(llm, prompt, sp) -> list[int]:
@@ -34,6 +35,35 @@ def _pooled(llm, prompt, sp) -> list[int]:
         out = llm.generate([prompt], sp, use_tqdm=False)[0].outputs[0]
         pooled += list(out.token_ids)[1:]
     return pooled
+
+
+@pytest.fixture(scope="module")
+def engines(checkpoint):
+    """engines(None): one stock engine for every case; engines(options): one kog engine per distinct option set.
+    Started on first use and kept: the cases differ in their requests' sampling, and each draws its own pools."""
+    path = checkpoint("tiny-llama")
+    made: dict[str, object] = {}
+
+    def get(options: dict | None):
+        from vllm import LLM
+
+        key = "stock" if options is None else json.dumps(options, sort_keys=True)
+        if key in made:
+            return made[key]
+        if options is None:
+            # Different engine seeds: with vLLM's default (seed 0 on both) the two engines start from the same
+            # generator state, the pools are correlated and chi-square reads far below its degrees of freedom
+            # (seen once: chi2 34 on 592 df), which makes the test weaker than it states.
+            made[key] = LLM(model=path, **engine_kwargs(seed=101, **SMALL))
+        else:
+            made[key] = LLM(
+                model=path,
+                **kog_kwargs({"tokens_per_step": 16, **options}, scheduler_cls="kog_backend.engine.scheduler.KogScheduler",
+                             async_scheduling=False, **SMALL),
+            )  # fmt: skip
+        return made[key]
+
+    return get
 
 
 @pytest.mark.parametrize(
@@ -54,22 +84,13 @@ def _pooled(llm, prompt, sp) -> list[int]:
                                   presence_penalty=1.5, frequency_penalty=0.3), {"step_impl": "monokernel"}),
     ],
 )
-def test_sampled_tokens_follow_stock_distribution(checkpoint, case, sampling, options):
-    from vllm import LLM, SamplingParams
+def test_sampled_tokens_follow_stock_distribution(engines, case, sampling, options):
+    from vllm import SamplingParams
 
-    path = checkpoint("tiny-llama")
     prompt = random_prompts(1, [16], 4000, seed=9)[0]
     sp = SamplingParams(max_tokens=T, ignore_eos=True, **sampling)
-    # Different engine seeds: with vLLM's default (seed 0 on both) the two engines start from the same generator
-    # state, the pools are correlated and chi-square reads far below its degrees of freedom (seen once: chi2 34 on
-    # 592 df), which makes the test weaker than it states.
-    stock = LLM(model=path, **engine_kwargs(seed=101, **SMALL))
-    want = _pooled(stock, prompt, sp)
-    kog = LLM(
-        model=path,
-        **kog_kwargs({"tokens_per_step": 16, **options}, scheduler_cls="kog_backend.engine.scheduler.KogScheduler",
-                     async_scheduling=False, **SMALL),
-    )  # fmt: skip
+    want = _pooled(engines(None), prompt, sp)
+    kog = engines(options)
     before = kog_stats(kog)
     got = _pooled(kog, prompt, sp)
     after = kog_stats(kog)
