@@ -1,8 +1,12 @@
 // Launcher of the monokernel (device code: include/kog/monokernel.cuh). Checks the per-step inputs, launches
 // one cooperative grid (co-residency of all blocks is what lets them wait on each other) on the current stream.
 // The argument table (ModelArgs, LayerArgs[]) is built once by kog_backend/monokernel/ and passed as a device
-// buffer; nothing is built on the host per call.
+// buffer; nothing is built on the host per call. What is fixed per model, and a sampled or run-ahead launch's
+// settings, come as the op's typed arguments (monokernel_launch.h), checked once when they are built.
 #include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -18,6 +22,7 @@
 #include "kog/monokernel.cuh"
 #include "kog/sync.cuh"
 #include "kog/trace.cuh"
+#include "monokernel_launch.h"
 #include "ops.h"
 
 namespace kog {
@@ -56,6 +61,12 @@ void check_cuda(const at::Tensor& t, const char* name, const at::Device& dev) {
   TORCH_CHECK(t.is_contiguous(), "kog monokernel: ", name, " must be contiguous");
 }
 
+// The first tensor of an object, whose device the others must then be on.
+void check_any_cuda(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.is_cuda(), "kog monokernel: ", name, " must be on a CUDA device, got ", t.device());
+  TORCH_CHECK(t.is_contiguous(), "kog monokernel: ", name, " must be contiguous");
+}
+
 // One template parameter per level: the pass width HP (the caller), the head dim, then the TP and sampling flags.
 template <int D, int HP>
 void dispatch_flags(const StepArgs& step, bool sampled, bool tp, int grid, int smem_bytes, cudaStream_t stream) {
@@ -80,22 +91,130 @@ void dispatch(const StepArgs& step, int64_t head_dim, bool sampled, bool tp, int
 
 }  // namespace
 
-void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, const at::Tensor& positions,
-                     const at::Tensor& block_table, const at::Tensor& slot_mapping, at::Tensor& tokens_out,
-                     const std::optional<at::Tensor>& logits_out, const std::optional<at::Tensor>& num_out,
-                     const std::optional<at::Tensor>& stop_ids, at::Tensor& scratch, int64_t num_tokens,
-                     int64_t head_dim, int64_t heads_per_pass, int64_t grid, int64_t smem_bytes,
-                     const std::optional<at::Tensor>& sample_seed, double temperature, int64_t tp_size,
-                     const std::optional<at::Tensor>& launch_gate, int64_t gate_min,
-                     const std::optional<at::Tensor>& cancel, int64_t cancel_id, int64_t top_k, double top_p,
-                     double min_p, const std::optional<at::Tensor>& defer_out,
-                     const std::optional<at::Tensor>& prompt_mask, const std::optional<at::Tensor>& output_counts,
-                     const std::optional<at::Tensor>& burst_counts, double repetition_penalty,
-                     double frequency_penalty, double presence_penalty) {
-  const at::Device dev = model_args.device();
-  check_cuda(model_args, "model_args", dev);
+// --- the op's typed arguments (monokernel_launch.h): each checks its own values once, at construction ---
+// Scalars first, then tensors: a wrong value is named even where no GPU is present.
+
+MonokernelLaunch::MonokernelLaunch(at::Tensor model_args_, at::Tensor scratch_, int64_t head_dim_,
+                                   int64_t heads_per_pass_, int64_t grid_, int64_t smem_bytes_, int64_t tp_size_,
+                                   std::optional<at::Tensor> burst_counts_)
+    : model_args(std::move(model_args_)),
+      scratch(std::move(scratch_)),
+      burst_counts(std::move(burst_counts_)),
+      device(model_args.device()),
+      head_dim(head_dim_),
+      heads_per_pass(heads_per_pass_),
+      grid(grid_),
+      smem_bytes(smem_bytes_),
+      tp_size(tp_size_) {
+  TORCH_CHECK(head_dim == 64 || head_dim == 128, "kog monokernel: head_dim ", head_dim, " (64 or 128 only)");
+  TORCH_CHECK(heads_per_pass == 2 || heads_per_pass == MonoConfig::kHeadsPerPass, "kog monokernel: heads_per_pass ",
+              heads_per_pass, " (2 or ", MonoConfig::kHeadsPerPass, " only; plan.heads_per_pass)");
+  TORCH_CHECK(tp_size >= 1 && tp_size <= MonoConfig::kMaxTP, "kog monokernel: tp_size ", tp_size, " outside 1..",
+              MonoConfig::kMaxTP);
+  TORCH_CHECK(grid >= 1 && grid <= INT32_MAX && smem_bytes > 0 && smem_bytes <= MonoConfig::kMaxSmemBytes,
+              "kog monokernel: bad launch shape grid=", grid, " smem=", smem_bytes, " (grid >= 1, smem 1..",
+              MonoConfig::kMaxSmemBytes, " bytes)");
+  TORCH_CHECK(!burst_counts.has_value() || tp_size == 1,
+              "kog monokernel: burst_counts (penalised launches) needs tp_size 1, got tp_size ", tp_size);
+  check_any_cuda(model_args, "model_args");
   TORCH_CHECK(model_args.scalar_type() == at::kByte && model_args.numel() == sizeof(ModelArgs),
-              "kog monokernel: model_args must be uint8 [", sizeof(ModelArgs), "], got ", model_args.sizes());
+              "kog monokernel: model_args must be uint8 [", sizeof(ModelArgs), "], got ", model_args.scalar_type(),
+              " ", model_args.sizes());
+  check_cuda(scratch, "scratch", device);
+  if (burst_counts.has_value()) {
+    check_cuda(*burst_counts, "burst_counts", device);
+    TORCH_CHECK(burst_counts->scalar_type() == at::kInt && burst_counts->numel() >= 1,
+                "kog monokernel: burst_counts must be int32 [vocab]");
+  }
+}
+
+SampledLaunch::SampledLaunch(at::Tensor sample_seed_, double temperature_, int64_t top_k_, double top_p_,
+                             double min_p_, std::optional<at::Tensor> defer_out_,
+                             std::optional<at::Tensor> prompt_mask_, std::optional<at::Tensor> output_counts_,
+                             double repetition_penalty_, double frequency_penalty_, double presence_penalty_)
+    : sample_seed(std::move(sample_seed_)),
+      temperature(static_cast<float>(temperature_)),
+      top_k(static_cast<int32_t>(top_k_)),
+      top_p(static_cast<float>(top_p_)),
+      min_p(static_cast<float>(min_p_)),
+      filtered(top_k_ > 0 || top_p < 1.f || min_p > 0.f),
+      defer_out(filtered ? std::move(defer_out_) : std::nullopt),
+      repetition_penalty(static_cast<float>(repetition_penalty_)),
+      frequency_penalty(static_cast<float>(frequency_penalty_)),
+      presence_penalty(static_cast<float>(presence_penalty_)),
+      penalized(repetition_penalty != 1.f || frequency_penalty != 0.f || presence_penalty != 0.f),
+      prompt_mask(penalized ? std::move(prompt_mask_) : std::nullopt),
+      output_counts(penalized ? std::move(output_counts_) : std::nullopt) {
+  TORCH_CHECK(temperature_ >= 0.0, "kog monokernel: a sampled launch needs temperature >= 0, got ", temperature_);
+  // vLLM's filters (SamplingStates' values, fp32 as vLLM holds them): burst_sampling.cuh.
+  TORCH_CHECK(top_k_ >= 0 && top_k_ < (int64_t{1} << 31), "kog monokernel: top_k ", top_k_, " (0 = off)");
+  TORCH_CHECK(top_p > 0.f && top_p <= 1.f, "kog monokernel: top_p ", top_p_, " outside (0, 1]");
+  TORCH_CHECK(min_p >= 0.f && min_p <= 1.f, "kog monokernel: min_p ", min_p_, " outside [0, 1]");
+  TORCH_CHECK(!filtered || defer_out.has_value(),
+              "kog monokernel: a launch with top-k / top-p / min-p needs defer_out");
+  // vLLM's penalties (penalties.cuh), fp32 as PenaltiesState holds them; all three at their neutral values = off.
+  if (penalized) {
+    TORCH_CHECK(repetition_penalty > 0.f, "kog monokernel: repetition_penalty ", repetition_penalty_, " must be > 0");
+    TORCH_CHECK(prompt_mask.has_value() && output_counts.has_value(),
+                "kog monokernel: a launch with penalties needs prompt_mask and output_counts");
+  }
+  check_any_cuda(sample_seed, "sample_seed");
+  TORCH_CHECK(sample_seed.scalar_type() == at::kLong && sample_seed.numel() == 1,
+              "kog monokernel: sample_seed must be int64 [1]");
+  const at::Device dev = sample_seed.device();
+  if (filtered) {
+    check_cuda(*defer_out, "defer_out", dev);
+    TORCH_CHECK(defer_out->scalar_type() == at::kInt && defer_out->numel() >= 1,
+                "kog monokernel: defer_out must be int32 [1]");
+  }
+  if (penalized) {
+    // Their lengths are checked per launch, against the plan's vocabulary (burst_counts).
+    check_cuda(*prompt_mask, "prompt_mask", dev);
+    TORCH_CHECK(prompt_mask->scalar_type() == at::kInt,
+                "kog monokernel: prompt_mask must be int32 [ceil(vocab / 32)], got ", prompt_mask->scalar_type());
+    check_cuda(*output_counts, "output_counts", dev);
+    TORCH_CHECK(output_counts->scalar_type() == at::kInt,
+                "kog monokernel: output_counts must be int32 [vocab], got ", output_counts->scalar_type());
+  }
+}
+
+RunAheadLaunch::RunAheadLaunch(std::optional<at::Tensor> launch_gate_, int64_t gate_min_,
+                               std::optional<at::Tensor> cancel_, int64_t cancel_id_)
+    : launch_gate(std::move(launch_gate_)), gate_min(gate_min_), cancel(std::move(cancel_)), cancel_id(cancel_id_) {
+  TORCH_CHECK(launch_gate.has_value() || cancel.has_value(),
+              "kog monokernel: a run-ahead launch needs launch_gate or cancel");
+  TORCH_CHECK(gate_min >= INT32_MIN && gate_min <= INT32_MAX, "kog monokernel: gate_min ", gate_min,
+              " outside the int32 range");
+  if (cancel.has_value()) {
+    // Read by the kernel while it runs: pinned host memory, through its device mapping.
+    TORCH_CHECK(cancel->device().is_cpu() && cancel->scalar_type() == at::kLong && cancel->numel() >= 1 &&
+                    cancel->is_pinned(),
+                "kog monokernel: cancel must be a pinned CPU int64 [1] tensor");
+  }
+  if (launch_gate.has_value()) {
+    check_any_cuda(*launch_gate, "launch_gate");
+    TORCH_CHECK(launch_gate->scalar_type() == at::kInt && launch_gate->numel() >= 1,
+                "kog monokernel: launch_gate must be int32 [1]");
+  }
+}
+
+// --- the op: the per-call tensors, and how the plan, sampling and run-ahead settings fit together ---
+
+void monokernel_step(const c10::intrusive_ptr<MonokernelLaunch>& plan_ptr, const at::Tensor& input_ids,
+                     const at::Tensor& positions, const at::Tensor& block_table, const at::Tensor& slot_mapping,
+                     at::Tensor& tokens_out, const std::optional<at::Tensor>& logits_out,
+                     const std::optional<at::Tensor>& num_out, const std::optional<at::Tensor>& stop_ids,
+                     int64_t num_tokens, const std::optional<c10::intrusive_ptr<SampledLaunch>>& sampling,
+                     const std::optional<c10::intrusive_ptr<RunAheadLaunch>>& run_ahead,
+                     const std::optional<at::Tensor>& model_args) {
+  const MonokernelLaunch& plan = *plan_ptr;
+  const at::Device dev = plan.device;
+  if (model_args.has_value()) {
+    check_cuda(*model_args, "model_args", dev);
+    TORCH_CHECK(model_args->scalar_type() == at::kByte && model_args->numel() == sizeof(ModelArgs),
+                "kog monokernel: model_args must be uint8 [", sizeof(ModelArgs), "], got ", model_args->scalar_type(),
+                " ", model_args->sizes());
+  }
   check_cuda(input_ids, "input_ids", dev);
   TORCH_CHECK((input_ids.scalar_type() == at::kInt || input_ids.scalar_type() == at::kLong) && input_ids.numel() >= 1,
               "kog monokernel: input_ids must be int32/int64 with >= 1 element");
@@ -111,17 +230,9 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
   TORCH_CHECK(num_tokens >= 1, "kog monokernel: num_tokens must be >= 1");
   TORCH_CHECK(tokens_out.scalar_type() == at::kLong && tokens_out.numel() >= num_tokens,
               "kog monokernel: tokens_out must be int64 [>= num_tokens]");
-  check_cuda(scratch, "scratch", dev);
-  TORCH_CHECK(head_dim == 64 || head_dim == 128, "kog monokernel: head_dim ", head_dim, " (64 or 128 only)");
-  TORCH_CHECK(heads_per_pass == 2 || heads_per_pass == MonoConfig::kHeadsPerPass, "kog monokernel: heads_per_pass ",
-              heads_per_pass, " (2 or ", MonoConfig::kHeadsPerPass, " only; plan.heads_per_pass)");
-  TORCH_CHECK(tp_size >= 1 && tp_size <= MonoConfig::kMaxTP, "kog monokernel: tp_size ", tp_size, " outside 1..",
-              MonoConfig::kMaxTP);
-  TORCH_CHECK(grid >= 1 && smem_bytes > 0 && smem_bytes <= MonoConfig::kMaxSmemBytes,
-              "kog monokernel: bad launch shape grid=", grid, " smem=", smem_bytes);
 
   StepArgs step{};
-  step.model = reinterpret_cast<const ModelArgs*>(model_args.data_ptr());
+  step.model = reinterpret_cast<const ModelArgs*>((model_args.has_value() ? *model_args : plan.model_args).data_ptr());
   step.input_ids = input_ids.data_ptr();
   step.ids_int64 = input_ids.scalar_type() == at::kLong ? 1 : 0;
   step.positions = positions.data_ptr<int64_t>();
@@ -144,65 +255,45 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
     TORCH_CHECK(num_out->scalar_type() == at::kInt && num_out->numel() >= 1, "kog monokernel: num_out must be int32 [1]");
     step.num_out = num_out->data_ptr<int32_t>();
   }
-  if (sample_seed.has_value()) {
-    check_cuda(*sample_seed, "sample_seed", dev);
-    TORCH_CHECK(sample_seed->scalar_type() == at::kLong && sample_seed->numel() == 1,
-                "kog monokernel: sample_seed must be int64 [1]");
-    TORCH_CHECK(temperature >= 0.0, "kog monokernel: a sampled launch needs temperature >= 0, got ", temperature);
-    step.sample_seed = sample_seed->data_ptr<int64_t>();
-    step.temperature = static_cast<float>(temperature);
-  }
-  // vLLM's filters (SamplingStates' values, fp32 as vLLM holds them): burst_sampling.cuh.
-  const float p32 = static_cast<float>(top_p), mp32 = static_cast<float>(min_p);
-  TORCH_CHECK(top_k >= 0 && top_k < (int64_t{1} << 31), "kog monokernel: top_k ", top_k, " (0 = off)");
-  TORCH_CHECK(p32 > 0.f && p32 <= 1.f, "kog monokernel: top_p ", top_p, " outside (0, 1]");
-  TORCH_CHECK(mp32 >= 0.f && mp32 <= 1.f, "kog monokernel: min_p ", min_p, " outside [0, 1]");
-  const bool filtered = top_k > 0 || p32 < 1.f || mp32 > 0.f;
-  if (filtered) {
-    TORCH_CHECK(step.sample_seed != nullptr, "kog monokernel: top-k / top-p / min-p need a sampled launch (sample_seed)");
-    TORCH_CHECK(tp_size == 1, "kog monokernel: top-k / top-p / min-p bursts need tp_size 1");
-    TORCH_CHECK(defer_out.has_value(), "kog monokernel: a launch with top-k / top-p / min-p needs defer_out");
-    check_cuda(*defer_out, "defer_out", dev);
-    TORCH_CHECK(defer_out->scalar_type() == at::kInt && defer_out->numel() >= 1,
-                "kog monokernel: defer_out must be int32 [1]");
-    step.top_k = static_cast<int32_t>(top_k);
-    step.top_p = p32;
-    step.min_p = mp32;
-    step.filtered = 1;
-    step.defer_out = defer_out->data_ptr<int32_t>();
-  } else {
-    step.top_p = 1.f;
-  }
-  // vLLM's penalties (penalties.cuh), fp32 as PenaltiesState holds them; all three at their neutral values = off.
-  const float rep32 = static_cast<float>(repetition_penalty), freq32 = static_cast<float>(frequency_penalty),
-              pres32 = static_cast<float>(presence_penalty);
-  if (rep32 != 1.f || freq32 != 0.f || pres32 != 0.f) {
-    TORCH_CHECK(step.sample_seed != nullptr, "kog monokernel: penalties need a sampled launch (sample_seed)");
-    TORCH_CHECK(tp_size == 1, "kog monokernel: penalties in a launch need tp_size 1");
-    TORCH_CHECK(rep32 > 0.f, "kog monokernel: repetition_penalty ", repetition_penalty, " must be > 0");
-    TORCH_CHECK(prompt_mask.has_value() && output_counts.has_value() && burst_counts.has_value(),
-                "kog monokernel: a launch with penalties needs prompt_mask, output_counts and burst_counts");
-    // burst_counts has one entry per LM-head row of the model (Monokernel allocates it with the table); vLLM's
-    // rows must cover as many.
-    check_cuda(*burst_counts, "burst_counts", dev);
-    TORCH_CHECK(burst_counts->scalar_type() == at::kInt && burst_counts->numel() >= 1,
-                "kog monokernel: burst_counts must be int32 [vocab]");
-    const int64_t vocab = burst_counts->numel();
-    check_cuda(*prompt_mask, "prompt_mask", dev);
-    TORCH_CHECK(prompt_mask->scalar_type() == at::kInt && prompt_mask->numel() >= (vocab + 31) / 32,
-                "kog monokernel: prompt_mask must be int32 [>= ", (vocab + 31) / 32, "]");
-    check_cuda(*output_counts, "output_counts", dev);
-    TORCH_CHECK(output_counts->scalar_type() == at::kInt && output_counts->numel() >= vocab,
-                "kog monokernel: output_counts must be int32 [>= ", vocab, "]");
-    step.prompt_mask = reinterpret_cast<const uint32_t*>(prompt_mask->data_ptr<int32_t>());
-    step.output_counts = output_counts->data_ptr<int32_t>();
-    step.burst_counts = burst_counts->data_ptr<int32_t>();
-    step.repetition_penalty = rep32;
-    step.frequency_penalty = freq32;
-    step.presence_penalty = pres32;
-    step.penalized = 1;
-  } else {
-    step.repetition_penalty = 1.f;
+  // Greedy launches keep the filters and penalties at their neutral values.
+  step.top_p = 1.f;
+  step.repetition_penalty = 1.f;
+  if (sampling.has_value()) {
+    const SampledLaunch& s = **sampling;
+    check_cuda(s.sample_seed, "sample_seed", dev);
+    step.sample_seed = s.sample_seed.data_ptr<int64_t>();
+    step.temperature = s.temperature;
+    if (s.filtered) {
+      TORCH_CHECK(plan.tp_size == 1, "kog monokernel: top-k / top-p / min-p bursts need tp_size 1");
+      check_cuda(*s.defer_out, "defer_out", dev);
+      step.top_k = s.top_k;
+      step.top_p = s.top_p;
+      step.min_p = s.min_p;
+      step.filtered = 1;
+      step.defer_out = s.defer_out->data_ptr<int32_t>();
+    }
+    if (s.penalized) {
+      TORCH_CHECK(plan.tp_size == 1, "kog monokernel: penalties in a launch need tp_size 1");
+      // burst_counts has one entry per LM-head row of the model (Monokernel allocates it with the table); vLLM's
+      // rows must cover as many.
+      TORCH_CHECK(plan.burst_counts.has_value(),
+                  "kog monokernel: a launch with penalties needs the plan's burst_counts (MonokernelLaunch built "
+                  "without one)");
+      const int64_t vocab = plan.burst_counts->numel();
+      check_cuda(*s.prompt_mask, "prompt_mask", dev);
+      TORCH_CHECK(s.prompt_mask->numel() >= (vocab + 31) / 32, "kog monokernel: prompt_mask must be int32 [>= ",
+                  (vocab + 31) / 32, "], got ", s.prompt_mask->sizes());
+      check_cuda(*s.output_counts, "output_counts", dev);
+      TORCH_CHECK(s.output_counts->numel() >= vocab, "kog monokernel: output_counts must be int32 [>= ", vocab,
+                  "], got ", s.output_counts->sizes());
+      step.prompt_mask = reinterpret_cast<const uint32_t*>(s.prompt_mask->data_ptr<int32_t>());
+      step.output_counts = s.output_counts->data_ptr<int32_t>();
+      step.burst_counts = plan.burst_counts->data_ptr<int32_t>();
+      step.repetition_penalty = s.repetition_penalty;
+      step.frequency_penalty = s.frequency_penalty;
+      step.presence_penalty = s.presence_penalty;
+      step.penalized = 1;
+    }
   }
   if (stop_ids.has_value() && stop_ids->numel() > 0) {
     check_cuda(*stop_ids, "stop_ids", dev);
@@ -210,42 +301,37 @@ void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, 
     step.stop_ids = stop_ids->data_ptr<int64_t>();
     step.num_stop = static_cast<int32_t>(stop_ids->numel());
   }
-  if (launch_gate.has_value()) {
-    check_cuda(*launch_gate, "launch_gate", dev);
-    TORCH_CHECK(launch_gate->scalar_type() == at::kInt && launch_gate->numel() >= 1,
-                "kog monokernel: launch_gate must be int32 [1]");
-    TORCH_CHECK(tp_size == 1, "kog monokernel: launch_gate needs tp_size 1");
-    step.launch_gate = launch_gate->data_ptr<int32_t>();
-    step.gate_min = static_cast<int32_t>(gate_min);
+  const RunAheadLaunch* ahead = run_ahead.has_value() ? run_ahead->get() : nullptr;
+  if (ahead != nullptr && ahead->launch_gate.has_value()) {
+    check_cuda(*ahead->launch_gate, "launch_gate", dev);
+    TORCH_CHECK(plan.tp_size == 1, "kog monokernel: launch_gate needs tp_size 1");
+    step.launch_gate = ahead->launch_gate->data_ptr<int32_t>();
+    step.gate_min = static_cast<int32_t>(ahead->gate_min);
   }
   // Before any runtime call: cudaHostGetDevicePointer below answers for the current device.
   const c10::cuda::CUDAGuard guard(dev);
-  if (cancel.has_value()) {
-    // Read by the kernel while it runs: pinned host memory, through its device mapping.
-    TORCH_CHECK(cancel->device().is_cpu() && cancel->is_pinned() && cancel->scalar_type() == at::kLong &&
-                    cancel->numel() >= 1,
-                "kog monokernel: cancel must be a pinned CPU int64 [1] tensor");
-    TORCH_CHECK(tp_size == 1, "kog monokernel: cancel needs tp_size 1 (the ranks would decide apart)");
+  if (ahead != nullptr && ahead->cancel.has_value()) {
+    TORCH_CHECK(plan.tp_size == 1, "kog monokernel: cancel needs tp_size 1 (the ranks would decide apart)");
     void* mapped = nullptr;
-    const cudaError_t err = cudaHostGetDevicePointer(&mapped, cancel->data_ptr(), 0);
+    const cudaError_t err = cudaHostGetDevicePointer(&mapped, ahead->cancel->data_ptr(), 0);
     if (err != cudaSuccess) (void)cudaGetLastError();  // not sticky: clear it before the check reports it
     TORCH_CHECK(err == cudaSuccess, "kog monokernel: cancel is not mapped into the device's address space: ",
                 cudaGetErrorString(err));
     step.cancel = static_cast<const int64_t*>(mapped);
-    step.cancel_id = cancel_id;
+    step.cancel_id = ahead->cancel_id;
   }
 
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev.index()).stream();
-  const int g = static_cast<int>(grid), sm = static_cast<int>(smem_bytes);
+  const int g = static_cast<int>(plan.grid), sm = static_cast<int>(plan.smem_bytes);
   const bool sampled = step.sample_seed != nullptr;
   // A TP launch is its own instantiation. A table with tp_size > 1 needs tp_size > 1 here (Monokernel passes both);
   // the reverse, a tp_size = 1 table in a TP launch, is benchmarks/bench_tp_monokernel.py's no-exchange variant.
   // Every pass width computes every GQA ratio (a KV head's query heads in passes of HP); the plan picks the one that
   // computes no empty heads in the fewest passes.
-  if (heads_per_pass == 2) {
-    dispatch<2>(step, head_dim, sampled, tp_size > 1, g, sm, stream);
+  if (plan.heads_per_pass == 2) {
+    dispatch<2>(step, plan.head_dim, sampled, plan.tp_size > 1, g, sm, stream);
   } else {
-    dispatch<MonoConfig::kHeadsPerPass>(step, head_dim, sampled, tp_size > 1, g, sm, stream);
+    dispatch<MonoConfig::kHeadsPerPass>(step, plan.head_dim, sampled, plan.tp_size > 1, g, sm, stream);
   }
 }
 

@@ -7,6 +7,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "monokernel_launch.h"
+
 namespace kog {
 
 // KOG_OPS_VERSION (version.h): bumped whenever an op's schema changes; kog_backend.ops checks it at load.
@@ -14,18 +16,15 @@ int64_t version();
 
 // --- monokernel (csrc/monokernel.cu) ---
 // KOG-MONOKERNEL-DECLS
-void monokernel_step(const at::Tensor& model_args, const at::Tensor& input_ids, const at::Tensor& positions,
-                     const at::Tensor& block_table, const at::Tensor& slot_mapping, at::Tensor& tokens_out,
-                     const std::optional<at::Tensor>& logits_out, const std::optional<at::Tensor>& num_out,
-                     const std::optional<at::Tensor>& stop_ids, at::Tensor& scratch, int64_t num_tokens,
-                     int64_t head_dim, int64_t heads_per_pass, int64_t grid, int64_t smem_bytes,
-                     const std::optional<at::Tensor>& sample_seed, double temperature, int64_t tp_size,
-                     const std::optional<at::Tensor>& launch_gate, int64_t gate_min,
-                     const std::optional<at::Tensor>& cancel, int64_t cancel_id, int64_t top_k, double top_p,
-                     double min_p, const std::optional<at::Tensor>& defer_out,
-                     const std::optional<at::Tensor>& prompt_mask, const std::optional<at::Tensor>& output_counts,
-                     const std::optional<at::Tensor>& burst_counts, double repetition_penalty,
-                     double frequency_penalty, double presence_penalty);
+// plan: what is fixed per Monokernel; sampling / run_ahead: a sampled / run-ahead launch's settings, or none;
+// model_args: another argument table for this launch (benchmarks' variant and trace tables), or the plan's.
+void monokernel_step(const c10::intrusive_ptr<MonokernelLaunch>& plan, const at::Tensor& input_ids,
+                     const at::Tensor& positions, const at::Tensor& block_table, const at::Tensor& slot_mapping,
+                     at::Tensor& tokens_out, const std::optional<at::Tensor>& logits_out,
+                     const std::optional<at::Tensor>& num_out, const std::optional<at::Tensor>& stop_ids,
+                     int64_t num_tokens, const std::optional<c10::intrusive_ptr<SampledLaunch>>& sampling,
+                     const std::optional<c10::intrusive_ptr<RunAheadLaunch>>& run_ahead,
+                     const std::optional<at::Tensor>& model_args);
 std::vector<int64_t> monokernel_layout();
 int64_t monokernel_max_grid(int64_t head_dim, int64_t heads_per_pass, bool sampled, bool tp, int64_t smem_bytes,
                             int64_t device);

@@ -1,9 +1,31 @@
 // The one TORCH_LIBRARY registration of kog_backend._C. Launchers live in csrc/<family>.cu; device code
-// lives in csrc/include/kog/*.cuh and includes no torch header. Mutated arguments are marked `Tensor!`.
+// lives in csrc/include/kog/*.cuh and includes no torch header. Mutated arguments are marked `Tensor!` (tensors held
+// by the monokernel's argument classes cannot be: their comment below says which the kernel writes).
 // Test-only launchers are not here: they build into kog_backend._C_test (csrc/testing/, torch.ops.kog_test).
+#include <type_traits>
+
+#include <torch/custom_class.h>
 #include <torch/library.h>
 
 #include "ops.h"
+
+namespace {
+
+template <class T>
+struct member_of;
+template <class C, class F>
+struct member_of<F C::*> {
+  using cls = C;
+  using type = std::remove_cv_t<F>;
+};
+
+// The read-only accessor of the argument classes' field M, returned as R (a type the schema knows).
+template <auto M, class R = typename member_of<decltype(M)>::type>
+R field(const c10::intrusive_ptr<typename member_of<decltype(M)>::cls>& self) {
+  return R(self.get()->*M);
+}
+
+}  // namespace
 
 TORCH_LIBRARY(kog, m) {
   m.def("version() -> int");
@@ -11,17 +33,72 @@ TORCH_LIBRARY(kog, m) {
 
   // --- monokernel (csrc/monokernel.cu) ---
   // KOG-MONOKERNEL-DEFS
-  // One decode step (or up to num_tokens tokens: greedy, or sampled as vLLM's sampler with its filters and penalties) of the whole model. The kernel also writes every layer's
-  // KV cache and the scratch buffers through pointers in model_args (built once by kog_backend.monokernel).
+  // The op's typed arguments (monokernel_launch.h); each constructor checks its values once. One read-only accessor
+  // per field (filters and penalties as the kernel gets them: fp32, top_k int32; tensors of a feature the launch
+  // leaves off: None). Tensors inside them that the kernel writes, which the op's schema cannot mark `Tensor!`:
+  // MonokernelLaunch.scratch (every launch) and .burst_counts (penalised launches), SampledLaunch.defer_out
+  // (filtered launches).
+  // What is fixed per kog_backend.monokernel.Monokernel: the argument table (uint8 [sizeof(ModelArgs)]), the
+  // scratch it points into, the kernel instantiation (head_dim, heads_per_pass, tp_size), the launch shape (grid
+  // blocks of smem_bytes dynamic shared memory) and, at TP = 1, burst_counts (int32 [LM-head rows]).
+  m.class_<kog::MonokernelLaunch>("MonokernelLaunch")
+      .def(torch::init<at::Tensor, at::Tensor, int64_t, int64_t, int64_t, int64_t, int64_t,
+                       std::optional<at::Tensor>>(),
+           "", {torch::arg("model_args"), torch::arg("scratch"), torch::arg("head_dim"), torch::arg("heads_per_pass"),
+                torch::arg("grid"), torch::arg("smem_bytes"), torch::arg("tp_size") = 1,
+                torch::arg("burst_counts") = torch::arg::none()})
+      .def("model_args", &field<&kog::MonokernelLaunch::model_args>)
+      .def("scratch", &field<&kog::MonokernelLaunch::scratch>)
+      .def("burst_counts", &field<&kog::MonokernelLaunch::burst_counts>)
+      .def("head_dim", &field<&kog::MonokernelLaunch::head_dim>)
+      .def("heads_per_pass", &field<&kog::MonokernelLaunch::heads_per_pass>)
+      .def("grid", &field<&kog::MonokernelLaunch::grid>)
+      .def("smem_bytes", &field<&kog::MonokernelLaunch::smem_bytes>)
+      .def("tp_size", &field<&kog::MonokernelLaunch::tp_size>)
+      .def("device", &field<&kog::MonokernelLaunch::device>);
+  // A sampled launch: vLLM's draw with sample_seed (int64 [1] GPU) and temperature, after its filters (top_k 0 /
+  // top_p 1 / min_p 0: off; any on needs defer_out, int32 [1] GPU, zero before the launch) and penalties (1 / 0 / 0:
+  // off; any on needs prompt_mask int32 [ceil(V / 32)] and output_counts int32 [V], vLLM's PenaltiesState rows).
+  m.class_<kog::SampledLaunch>("SampledLaunch")
+      .def(torch::init<at::Tensor, double, int64_t, double, double, std::optional<at::Tensor>,
+                       std::optional<at::Tensor>, std::optional<at::Tensor>, double, double, double>(),
+           "", {torch::arg("sample_seed"), torch::arg("temperature"), torch::arg("top_k") = 0,
+                torch::arg("top_p") = 1.0, torch::arg("min_p") = 0.0, torch::arg("defer_out") = torch::arg::none(),
+                torch::arg("prompt_mask") = torch::arg::none(), torch::arg("output_counts") = torch::arg::none(),
+                torch::arg("repetition_penalty") = 1.0, torch::arg("frequency_penalty") = 0.0,
+                torch::arg("presence_penalty") = 0.0})
+      .def("sample_seed", &field<&kog::SampledLaunch::sample_seed>)
+      .def("temperature", &field<&kog::SampledLaunch::temperature, double>)
+      .def("top_k", &field<&kog::SampledLaunch::top_k, int64_t>)
+      .def("top_p", &field<&kog::SampledLaunch::top_p, double>)
+      .def("min_p", &field<&kog::SampledLaunch::min_p, double>)
+      .def("filtered", &field<&kog::SampledLaunch::filtered>)
+      .def("defer_out", &field<&kog::SampledLaunch::defer_out>)
+      .def("repetition_penalty", &field<&kog::SampledLaunch::repetition_penalty, double>)
+      .def("frequency_penalty", &field<&kog::SampledLaunch::frequency_penalty, double>)
+      .def("presence_penalty", &field<&kog::SampledLaunch::presence_penalty, double>)
+      .def("penalized", &field<&kog::SampledLaunch::penalized>)
+      .def("prompt_mask", &field<&kog::SampledLaunch::prompt_mask>)
+      .def("output_counts", &field<&kog::SampledLaunch::output_counts>);
+  // A run-ahead launch (TP = 1): launch_gate (int32 [1] GPU) with gate_min, cancel (pinned CPU int64 [1]) with
+  // cancel_id; at least one of the two.
+  m.class_<kog::RunAheadLaunch>("RunAheadLaunch")
+      .def(torch::init<std::optional<at::Tensor>, int64_t, std::optional<at::Tensor>, int64_t>(),
+           "", {torch::arg("launch_gate") = torch::arg::none(), torch::arg("gate_min") = 0,
+                torch::arg("cancel") = torch::arg::none(), torch::arg("cancel_id") = 0})
+      .def("launch_gate", &field<&kog::RunAheadLaunch::launch_gate>)
+      .def("gate_min", &field<&kog::RunAheadLaunch::gate_min>)
+      .def("cancel", &field<&kog::RunAheadLaunch::cancel>)
+      .def("cancel_id", &field<&kog::RunAheadLaunch::cancel_id>);
+  // One decode step (or up to num_tokens tokens: greedy, or sampled as vLLM's sampler with its filters and
+  // penalties) of the whole model. The kernel also writes every layer's KV cache and the scratch buffers through
+  // pointers in the argument table (plan's, or model_args: another table of the same model for this launch).
   m.def(
-      "monokernel_step(Tensor model_args, Tensor input_ids, Tensor positions, Tensor block_table, "
-      "Tensor slot_mapping, Tensor(a!) tokens_out, Tensor(b!)? logits_out, Tensor(c!)? num_out, Tensor? stop_ids, "
-      "Tensor(d!) scratch, int num_tokens, int head_dim, int heads_per_pass, int grid, int smem_bytes, "
-      "Tensor? sample_seed=None, float temperature=0.0, int tp_size=1, Tensor? launch_gate=None, int gate_min=0, "
-      "Tensor? cancel=None, int cancel_id=0, int top_k=0, float top_p=1.0, float min_p=0.0, "
-      "Tensor(e!)? defer_out=None, Tensor? prompt_mask=None, Tensor? output_counts=None, "
-      "Tensor(f!)? burst_counts=None, float repetition_penalty=1.0, float frequency_penalty=0.0, "
-      "float presence_penalty=0.0) -> ()");
+      "monokernel_step(__torch__.torch.classes.kog.MonokernelLaunch plan, Tensor input_ids, Tensor positions, "
+      "Tensor block_table, Tensor slot_mapping, Tensor(a!) tokens_out, Tensor(b!)? logits_out, "
+      "Tensor(c!)? num_out, Tensor? stop_ids, int num_tokens, "
+      "__torch__.torch.classes.kog.SampledLaunch? sampling=None, "
+      "__torch__.torch.classes.kog.RunAheadLaunch? run_ahead=None, Tensor? model_args=None) -> ()");
   // Blocks of the monokernel (this head dim, pass width, sampling and TP flags, shared memory per block) the
   // device holds at once: a launch with a larger grid could not have all its blocks resident.
   m.def("monokernel_max_grid(int head_dim, int heads_per_pass, bool sampled, bool tp, int smem_bytes, int device) -> int",

@@ -646,14 +646,37 @@ def test_bad_inputs_raise_clear_errors():
         mk.generate(ids, torch.tensor([1], device=DEV), bt, slot, 2, sample_seed=torch.tensor([1], device=DEV),
                     temperature=0.5, repetition_penalty=1.1)
     v = w.shape.vocab_size
-    with pytest.raises(RuntimeError, match="output_counts must be int32"):
-        mk.ops.monokernel_step(
-            mk.model_table, ids, torch.tensor([1], device=DEV), bt, slot, torch.empty(2, dtype=torch.int64, device=DEV),
-            None, None, None, mk.scratch, 2, mk.head_dim, mk.plan.heads_per_pass, mk.plan.grid, mk.plan.smem_bytes,
-            torch.tensor([1], device=DEV), 0.5, 1, None, 0, None, 0, 0, 1.0, 0.0, None,
-            torch.zeros((v + 31) // 32, dtype=torch.int32, device=DEV), torch.zeros(v - 1, dtype=torch.int32, device=DEV),
-            mk.burst_counts, 1.1, 0.0, 0.0,
-        )  # fmt: skip
+    kog = torch.classes.kog
+    seed, out2 = torch.tensor([1], device=DEV), torch.empty(2, dtype=torch.int64, device=DEV)
+    mask = torch.zeros((v + 31) // 32, dtype=torch.int32, device=DEV)
+    counts = torch.zeros(v - 1, dtype=torch.int32, device=DEV)  # one entry short of the vocabulary
+    short = kog.SampledLaunch(seed, 0.5, prompt_mask=mask, output_counts=counts, repetition_penalty=1.1)
+    pos = torch.tensor([1], device=DEV)
+    with pytest.raises(RuntimeError, match=f"output_counts must be int32 \\[>= {v}\\]"):
+        mk.ops.monokernel_step(mk.launch, ids, pos, bt, slot, out2, None, None, None, 2, short)
+    # The typed arguments check their own values once, when built; the op how they fit the plan.
+    with pytest.raises(RuntimeError, match="heads_per_pass 3"):
+        kog.MonokernelLaunch(mk.model_table, mk.scratch, mk.head_dim, 3, mk.plan.grid, mk.plan.smem_bytes)
+    with pytest.raises(RuntimeError, match=r"model_args must be uint8 \["):
+        kog.MonokernelLaunch(mk.model_table[1:], mk.scratch, mk.head_dim, 2, mk.plan.grid, mk.plan.smem_bytes)
+    with pytest.raises(RuntimeError, match="burst_counts .* needs tp_size 1"):
+        kog.MonokernelLaunch(mk.model_table, mk.scratch, mk.head_dim, 2, mk.plan.grid, mk.plan.smem_bytes, 2,
+                             mk.burst_counts)  # fmt: skip
+    with pytest.raises(RuntimeError, match="sample_seed must be int64"):
+        kog.SampledLaunch(seed.int(), 0.5)
+    with pytest.raises(RuntimeError, match="defer_out must be int32"):
+        kog.SampledLaunch(seed, 0.5, top_k=5, defer_out=out2)
+    tp2 = kog.MonokernelLaunch(mk.model_table, mk.scratch, mk.head_dim, mk.plan.heads_per_pass, mk.plan.grid,
+                               mk.plan.smem_bytes, 2)  # fmt: skip
+    filtered = kog.SampledLaunch(seed, 0.5, top_k=5, defer_out=torch.zeros(1, dtype=torch.int32, device=DEV))
+    with pytest.raises(RuntimeError, match="top-k / top-p / min-p bursts need tp_size 1"):
+        mk.ops.monokernel_step(tp2, ids, pos, bt, slot, out2, None, None, None, 2, filtered)
+    gate = kog.RunAheadLaunch(torch.zeros(1, dtype=torch.int32, device=DEV), 1)
+    with pytest.raises(RuntimeError, match="launch_gate needs tp_size 1"):
+        mk.ops.monokernel_step(tp2, ids, pos, bt, slot, out2, None, None, None, 2, run_ahead=gate)
+    with pytest.raises(RuntimeError, match="model_args must be on"):
+        mk.ops.monokernel_step(mk.launch, ids, pos, bt, slot, out2, None, None, None, 2,
+                               model_args=mk.model_table.cpu())  # fmt: skip
 
 
 def test_unsupported_reason_names_the_problem():

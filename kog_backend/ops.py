@@ -17,7 +17,7 @@ import threading
 
 # Must equal KOG_OPS_VERSION in csrc/version.h, the version op of both extensions (bumped whenever an op's schema
 # changes).
-EXPECTED_VERSION = 7
+EXPECTED_VERSION = 8
 
 _LOCK = threading.Lock()
 _STATE: dict[str, object] = {}
@@ -79,6 +79,15 @@ def ops():
     import torch
 
     return torch.ops.kog
+
+
+def classes():
+    """torch.classes.kog: the monokernel op's argument classes (MonokernelLaunch, SampledLaunch, RunAheadLaunch,
+    csrc/monokernel_launch.h); raises RuntimeError with load_reason() as ops() does."""
+    ops()
+    import torch
+
+    return torch.classes.kog
 
 
 def has_op(name: str) -> bool:

@@ -177,6 +177,12 @@ class Monokernel:
         self.max_tokens_per_launch = max_tokens_per_launch
         self._tokens = torch.empty(max(1, max_tokens_per_launch), dtype=torch.int64, device=device)
         self._num_out = torch.zeros(1, dtype=torch.int32, device=device)
+        # What every launch of this object shares (torch.classes.kog.MonokernelLaunch; checked once, here): the
+        # table, the scratch the kernel writes, the kernel instantiation and launch shape, the penalties' counts.
+        self.launch = kog_ops.classes().MonokernelLaunch(
+            self.model_table, self.scratch, self.head_dim, plan.heads_per_pass, plan.grid, plan.smem_bytes,
+            self.tp_world, self.burst_counts,
+        )  # fmt: skip
 
     @property
     def logical_vocab(self) -> int:
@@ -202,9 +208,8 @@ class Monokernel:
         if tokens_out is None:
             tokens_out = torch.empty(1, dtype=torch.int64, device=self.device)
         self.ops.monokernel_step(
-            self.model_table if model_table is None else model_table, input_ids, positions, block_table,
-            slot_mapping, tokens_out, logits_out, num_out, None, self.scratch, 1, self.head_dim,
-            self.plan.heads_per_pass, self.plan.grid, self.plan.smem_bytes, None, 0.0, self.tp_world,
+            self.launch, input_ids, positions, block_table, slot_mapping, tokens_out, logits_out, num_out, None, 1,
+            model_args=model_table,
         )  # fmt: skip
         return tokens_out
 
@@ -272,16 +277,21 @@ class Monokernel:
                 raise ValueError(reason)
             if sample_seed is None or defer_out is None:
                 raise ValueError("a launch with top_k / top_p / min_p needs sample_seed and defer_out")
+        classes = kog_ops.classes()
+        sampling = None
+        if sample_seed is not None:  # a fresh seed tensor per call (the runner's), so one object per launch
+            sampling = classes.SampledLaunch(
+                sample_seed, float(temperature), int(top_k), float(top_p), float(min_p), defer_out, prompt_mask,
+                output_counts, float(repetition_penalty), float(frequency_penalty), float(presence_penalty),
+            )  # fmt: skip
+        run_ahead = None
+        if launch_gate is not None or cancel is not None:
+            run_ahead = classes.RunAheadLaunch(launch_gate, int(gate_min), cancel, int(cancel_id))
         tokens = torch.empty(num_tokens, dtype=torch.int64, device=self.device)
         count = torch.zeros(1, dtype=torch.int32, device=self.device)
         self.ops.monokernel_step(
-            self.model_table if model_table is None else model_table, input_ids, positions, block_table,
-            slot_mapping, tokens, logits_out, count, stop_ids,
-            self.scratch, num_tokens, self.head_dim, self.plan.heads_per_pass, self.plan.grid, self.plan.smem_bytes,
-            sample_seed, float(temperature), self.tp_world, launch_gate, int(gate_min), cancel, int(cancel_id),
-            int(top_k), float(top_p), float(min_p), defer_out,
-            prompt_mask, output_counts, self.burst_counts if penalized else None,
-            float(repetition_penalty), float(frequency_penalty), float(presence_penalty),
+            self.launch, input_ids, positions, block_table, slot_mapping, tokens, logits_out, count, stop_ids,
+            num_tokens, sampling, run_ahead, model_table,
         )  # fmt: skip
         return tokens, count
 
