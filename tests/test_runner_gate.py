@@ -12,7 +12,8 @@ from gate_inputs import decode_at
 
 from kog_backend.config import KogConfig
 from kog_backend.engine import runner as runner_mod
-from kog_backend.engine.runner import KogModelRunner, _KogRequest
+from kog_backend.engine.kog_request import KogRequest
+from kog_backend.engine.runner import KogModelRunner
 from kog_backend.path.counters import StepCounters
 from kog_backend.path.eligibility import MAX_TESTED_CONTEXT, STEP_REASONS
 
@@ -23,8 +24,8 @@ def _runner(tmp_path, max_model_len: int = 4096) -> KogModelRunner:
     r.kog_config = KogConfig()
     r.kog_counters = StepCounters(path=str(tmp_path / "stats-1-rank0.json"))
     r.max_model_len = max_model_len
-    r._kog_requests = {"a": _KogRequest(reason=None, single_token=None, sampling=None, prompt_len=10,
-                                        max_tokens=10**6, stop_ids=())}
+    r._kog_requests = {"a": KogRequest(reason=None, single_token=None, sampling=None, prompt_len=10,
+                                       max_tokens=10**6, stop_ids=())}
     return r
 
 

@@ -17,7 +17,6 @@ behind the launch (`_kog_draw_deferred`).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 from typing import Any
 
@@ -33,8 +32,10 @@ from kog_backend.path import gate, model_spec
 
 from kog_backend.reference import torch_step
 from kog_backend.config import KogConfig
+from kog_backend.engine.kog_request import KogRequest
+from kog_backend.engine.tokens_per_step import burst_max_len, effective_tokens_per_step
 from kog_backend.path.counters import StepCounters, state_dir
-from kog_backend.path.burst_sampling import BurstSampling, burst_sampling
+from kog_backend.path.burst_sampling import BurstSampling
 from kog_backend.path.gate import kv_cache as kv_gate
 from kog_backend.path.gate import monokernel as mk_gate
 from kog_backend.path.gate.step import MAX_TESTED_CONTEXT
@@ -46,33 +47,6 @@ logger = init_logger("kog_backend.engine.runner")
 _ONE_TOKEN = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=1, num_reqs=1)
 
 
-@dataclasses.dataclass(frozen=True)
-class _KogRequest:
-    reason: str | None  # why this request never takes the kog path, or None
-    single_token: str | None  # why its kog steps make one token each whatever the kernel can do, or None
-    sampling: BurstSampling | None  # its draw and penalties as vLLM holds them, None: plain greedy (the greedy kernel)
-    prompt_len: int
-    max_tokens: int
-    stop_ids: tuple[int, ...]  # EOS (unless ignore_eos) and stop_token_ids: the monokernel ends a burst there
-
-
-def _stop_ids(sp: Any) -> tuple[int, ...]:
-    """The ids vLLM's check_stop ends a request on: stop_token_ids, and EOS unless ignore_eos."""
-    if sp is None:
-        return ()
-    ids = set(sp.stop_token_ids or ())
-    if not sp.ignore_eos and sp.eos_token_id is not None:
-        ids.add(sp.eos_token_id)
-    return tuple(sorted(ids))
-
-
-def burst_length(tokens_per_step: int, position: int, prompt_len: int, max_tokens: int, max_model_len: int) -> int:
-    """Tokens one kog step may generate for the token at `position`: at most K, never past max_tokens (outputs
-    so far: position - prompt_len + 1) or max_model_len (the last token may sit at max_model_len - 1)."""
-    outputs_so_far = position - prompt_len + 1
-    return max(1, min(tokens_per_step, max_tokens - outputs_so_far, max_model_len - 1 - position))
-
-
 class KogModelRunner(GPUModelRunnerV2):
     def __init__(self, vllm_config: Any, device: torch.device):
         super().__init__(vllm_config, device)
@@ -80,9 +54,9 @@ class KogModelRunner(GPUModelRunnerV2):
         rank = vllm_config.parallel_config.rank
         path = os.path.join(state_dir(self.kog_config.state_dir), f"stats-{os.getpid()}-rank{rank}.json")
         self.kog_counters = StepCounters(path=path)
-        self._kog_requests: dict[str, _KogRequest] = {}
+        self._kog_requests: dict[str, KogRequest] = {}
         self._kog_burst: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-        self._kog_tokens_per_step = self._kog_effective_tokens_per_step(vllm_config)
+        self._kog_tokens_per_step = effective_tokens_per_step(self.kog_config, vllm_config)
         self._kog_weights: model_spec.DecoderWeights | None = None
         self._kog_kv_caches: list[torch.Tensor] = []
         self._kog_all_reduce = None
@@ -104,31 +78,10 @@ class KogModelRunner(GPUModelRunnerV2):
 
     @property
     def _kog_max_len(self) -> int:
-        """The max_model_len a burst is capped by (burst_length): vLLM's, or one past the tested context range, so
-        that no burst computes a position whose context exceeds MAX_TESTED_CONTEXT."""
-        return min(self.max_model_len, MAX_TESTED_CONTEXT + 1)
+        """The max_model_len a burst is capped by (tokens_per_step.burst_max_len)."""
+        return burst_max_len(self.max_model_len)
 
     # ---- set-up --------------------------------------------------------------------------------------------
-
-    def _kog_effective_tokens_per_step(self, vllm_config: Any) -> int:
-        k = self.kog_config.tokens_per_step
-        if k == 1:
-            return 1
-        from kog_backend.engine.scheduler import KogScheduler
-
-        sc = vllm_config.scheduler_config
-        try:
-            cls = sc.get_scheduler_cls()
-        except Exception:  # an unimportable scheduler is vLLM's error to report
-            cls = None
-        problem = gate.scheduling_reason(isinstance(cls, type) and issubclass(cls, KogScheduler), sc.async_scheduling)
-        if problem is not None:
-            if "tokens_per_step" in KogConfig.given_keys(vllm_config):
-                logger.warning("kog: tokens_per_step=%d needs its scheduler; running 1 token per step: %s", k, problem)
-            else:
-                logger.info("kog: 1 token per engine step (the default K=%d needs kog's scheduler): %s", k, problem)
-            return 1
-        return k
 
     @property
     def kog_disabled_reason(self) -> str | None:
@@ -258,15 +211,7 @@ class KogModelRunner(GPUModelRunnerV2):
     def add_requests(self, scheduler_output: Any) -> None:
         super().add_requests(scheduler_output)
         for new in scheduler_output.scheduled_new_reqs:
-            sp = new.sampling_params
-            self._kog_requests[new.req_id] = _KogRequest(
-                reason=gate.request_unsupported_reason(sp, new.lora_request, new.pooling_params),
-                single_token=gate.request_single_token_reason(sp),
-                sampling=burst_sampling(sp, self.model_config.get_vocab_size()),
-                prompt_len=len(new.prompt_token_ids or ()),
-                max_tokens=(sp.max_tokens if sp is not None and sp.max_tokens is not None else 1),
-                stop_ids=_stop_ids(sp),
-            )
+            self._kog_requests[new.req_id] = KogRequest.from_new_request(new, self.model_config.get_vocab_size())
 
     def _remove_request(self, req_id: str) -> bool:
         if self._kog_run_ahead is not None:
@@ -334,9 +279,7 @@ class KogModelRunner(GPUModelRunnerV2):
         if self._kog_tokens_per_step > 1:
             single = self._kog_burst_reason(request)
             if single is None:
-                k = burst_length(
-                    self._kog_tokens_per_step, position, request.prompt_len, request.max_tokens, self._kog_max_len
-                )
+                k = request.burst_length(self._kog_tokens_per_step, position, self._kog_max_len)
             else:
                 self.kog_counters.record_single_token(single)
         hidden = None
@@ -426,7 +369,7 @@ class KogModelRunner(GPUModelRunnerV2):
                                              self.device.index or 0)
         return None
 
-    def _kog_burst_reason(self, request: _KogRequest) -> str | None:
+    def _kog_burst_reason(self, request: KogRequest) -> str | None:
         """None when this request's kog step may generate K tokens, else why it runs one (the gate's
         burst_reason: the request's own single-token reason, the sampled_bursts option, the monokernel, vLLM's
         Gumbel noise, what the kernel can apply)."""
@@ -459,7 +402,7 @@ class KogModelRunner(GPUModelRunnerV2):
         return hidden
 
     def _kog_try_monokernel(
-        self, input_batch: Any, block_table: torch.Tensor, slot_mapping: torch.Tensor, request: _KogRequest, k: int
+        self, input_batch: Any, block_table: torch.Tensor, slot_mapping: torch.Tensor, request: KogRequest, k: int
     ) -> tuple[torch.Tensor | None, int]:
         """(output, k), or (None, 1) when the launcher refused the launch (its checks, resources): kog is then off
         for this server, and this step, whose bookkeeping is done, is computed by the torch step. A sticky device
@@ -477,7 +420,7 @@ class KogModelRunner(GPUModelRunnerV2):
             return None, 1
 
     def _kog_monokernel(
-        self, input_batch: Any, block_table: torch.Tensor, slot_mapping: torch.Tensor, request: _KogRequest, k: int
+        self, input_batch: Any, block_table: torch.Tensor, slot_mapping: torch.Tensor, request: KogRequest, k: int
     ) -> torch.Tensor:
         """One launch. k == 1: the kernel writes the logits and vLLM's sampler picks the token in sample_tokens
         (exact vLLM semantics for every sampling setting). k > 1 (greedy, or sampled with the sampled_bursts option):
@@ -572,17 +515,14 @@ class KogModelRunner(GPUModelRunnerV2):
 
     def _kog_plan_run_ahead(
         self, key: BurstKey, tokens: torch.Tensor, count: torch.Tensor, input_batch: Any, block_table: torch.Tensor,
-        request: _KogRequest, stop: torch.Tensor, seed: torch.Tensor | None, sampling: BurstSampling | None,
+        request: KogRequest, stop: torch.Tensor, seed: torch.Tensor | None, sampling: BurstSampling | None,
         penalty_rows: tuple[torch.Tensor, torch.Tensor] | None,
     ) -> None:  # fmt: skip
         """Plans the burst after `key` (kog_backend.path.run_ahead), queued by sample_tokens. Only into KV slots this
         request holds: KogScheduler reserves 2K - 1 look-ahead slots while it runs alone, and a step scheduled
         otherwise has fewer blocks, so nothing is planned."""
         k = key.num_tokens
-        nxt = next_burst_key(
-            key, burst_length(self._kog_tokens_per_step, key.position + k, request.prompt_len, request.max_tokens,
-                              self._kog_max_len),
-        )  # fmt: skip
+        nxt = next_burst_key(key, request.burst_length(self._kog_tokens_per_step, key.position + k, self._kog_max_len))
         if nxt is None:
             return
         block_size = self._kog_kv_caches[0].shape[2]
