@@ -26,13 +26,13 @@ from vllm.logger import init_logger
 from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 from vllm.v1.worker.gpu.model_runner import ExecuteModelState
 from vllm.v1.worker.gpu.model_runner import GPUModelRunner as GPUModelRunnerV2
-from vllm.v1.worker.gpu.sample.output import SamplerOutput
 
 from kog_backend.path import gate, model_spec
 
-from kog_backend.reference import torch_step
 from kog_backend.config import KogConfig
 from kog_backend.engine.kog_request import KogRequest
+from kog_backend.engine.step_io import BurstTokens, StepInputs
+from kog_backend.engine.torch_step import TorchStep
 from kog_backend.engine.tokens_per_step import burst_max_len, effective_tokens_per_step
 from kog_backend.path.counters import StepCounters, state_dir
 from kog_backend.path.burst_sampling import BurstSampling
@@ -55,11 +55,11 @@ class KogModelRunner(GPUModelRunnerV2):
         path = os.path.join(state_dir(self.kog_config.state_dir), f"stats-{os.getpid()}-rank{rank}.json")
         self.kog_counters = StepCounters(path=path)
         self._kog_requests: dict[str, KogRequest] = {}
-        self._kog_burst: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._kog_burst: BurstTokens | None = None
         self._kog_tokens_per_step = effective_tokens_per_step(self.kog_config, vllm_config)
         self._kog_weights: model_spec.DecoderWeights | None = None
         self._kog_kv_caches: list[torch.Tensor] = []
-        self._kog_all_reduce = None
+        self._kog_torch: TorchStep | None = None  # computes the kog step without the monokernel
         self._kog_mk = None  # kog_backend.monokernel.Monokernel when step_impl selects it
         self._kog_mk_logits: torch.Tensor | None = None  # bf16 [1, vocab]: the monokernel's logits of a K=1 step
         # Tensor parallelism: bf16 [1, V_pad / tp], this rank's rows of a K=1 step, and their all-gather.
@@ -100,11 +100,6 @@ class KogModelRunner(GPUModelRunnerV2):
             self._kog_weights = model_spec.from_vllm_model(self.model, self.vllm_config)
         except model_spec.UnsupportedModel as e:
             self._kog_disable(str(e))
-            return
-        if self._kog_weights.shape.tp_size > 1:
-            from vllm.distributed import tensor_model_parallel_all_reduce
-
-            self._kog_all_reduce = tensor_model_parallel_all_reduce
 
     def initialize_kv_cache(self, kv_cache_config: Any) -> None:
         super().initialize_kv_cache(kv_cache_config)
@@ -130,6 +125,7 @@ class KogModelRunner(GPUModelRunnerV2):
         impl = self._kog_select_impl()
         if impl is None:
             return
+        self._kog_torch = TorchStep(self.model, self._kog_weights, caches, self.device)
         logger.info(
             "kog: single-request decode steps run on the kog path (%s, %d layers, block size %d, %d tokens per step%s)",
             impl,
@@ -272,8 +268,8 @@ class KogModelRunner(GPUModelRunnerV2):
 
         input_batch = self.prepare_inputs(scheduler_output, _ONE_TOKEN)
         block_tables, slot_mappings = self.prepare_attn(input_batch)
-        block_table, slot = block_tables[0][0], slot_mappings[0][0]
         request = self._kog_requests[input_batch.req_ids[0]]
+        inputs = StepInputs(input_batch, block_tables[0][0], slot_mappings[0][:1], request, self.block_tables)
         position = int(input_batch.num_computed_tokens_np[0])
         k = 1
         if self._kog_tokens_per_step > 1:
@@ -284,12 +280,9 @@ class KogModelRunner(GPUModelRunnerV2):
                 self.kog_counters.record_single_token(single)
         hidden = None
         if self._kog_mk is not None:
-            hidden, k = self._kog_try_monokernel(input_batch, block_table, slot_mappings[0][:1], request, k)
-        if hidden is None and k == 1:
-            # One token: vLLM's own LM head and sampler run on this hidden state in sample_tokens.
-            hidden = self._kog_torch_step(input_batch, block_table, slot, input_batch.input_ids[:1], 0)
-        elif hidden is None:
-            hidden = self._kog_torch_burst(input_batch, block_table, slot, k)
+            hidden, k = self._kog_try_monokernel(input_batch, inputs.block_table, inputs.slot_mapping, request, k)
+        if hidden is None:
+            hidden, self._kog_burst = self._kog_torch.run(inputs, k)
 
         self.execute_model_state = ExecuteModelState(
             input_batch=input_batch,
@@ -378,29 +371,6 @@ class KogModelRunner(GPUModelRunnerV2):
             monokernel=self._kog_mk, fp64_gumbel=bool(getattr(self.sampler, "use_fp64_gumbel", False)),
         )  # fmt: skip
 
-    def _kog_torch_burst(
-        self, input_batch: Any, block_table: torch.Tensor, slot: torch.Tensor, k: int
-    ) -> torch.Tensor:
-        """Greedy decoding of k tokens, each the next position's input, each position's K/V written into the
-        slots KogScheduler reserved. Leaves the tokens for `sample`, returns the last hidden state."""
-        block_size = self._kog_kv_caches[0].shape[2]
-        tokens = torch.empty(1, k, dtype=torch.int64, device=self.device)
-        token = input_batch.input_ids[:1]
-        position = input_batch.positions[0]
-        for j in range(k):
-            if j > 0:
-                pos = position + j
-                slot = block_table[pos // block_size].long() * block_size + pos % block_size
-            hidden = self._kog_torch_step(input_batch, block_table, slot, token, j)
-            logits = self.model.compute_logits(hidden)
-            tokens[0, j] = torch_step.greedy(logits[0])
-            token = tokens[0, j : j + 1]
-        num_sampled = torch.full((1,), k, dtype=torch.int32, device=self.device)
-        # post_update advances num_computed_tokens by query_len - num_rejected = 1 - (1 - k) = k positions.
-        num_rejected = torch.full((1,), 1 - k, dtype=torch.int32, device=self.device)
-        self._kog_burst = (tokens, num_sampled, num_rejected)
-        return hidden
-
     def _kog_try_monokernel(
         self, input_batch: Any, block_table: torch.Tensor, slot_mapping: torch.Tensor, request: KogRequest, k: int
     ) -> tuple[torch.Tensor | None, int]:
@@ -472,7 +442,7 @@ class KogModelRunner(GPUModelRunnerV2):
             if defer is not None:
                 count = self._kog_draw_deferred(tokens, count, defer, positions, input_batch)
             self._kog_agree_count(count)
-            self._kog_burst = (tokens.view(1, k), count, 1 - count)
+            self._kog_burst = BurstTokens(tokens.view(1, k), count, 1 - count)
             if self._kog_run_ahead is not None:
                 self._kog_plan_run_ahead(key, tokens, count, input_batch, block_table, request, stop, seed, sampling,
                                          penalty_rows)
@@ -576,31 +546,7 @@ class KogModelRunner(GPUModelRunnerV2):
         burst, self._kog_burst = self._kog_burst, None
         if burst is None:
             return super().sample(hidden_states, input_batch, grammar_output)
-        tokens, num_sampled, num_rejected = burst
-        out = SamplerOutput(
-            sampled_token_ids=tokens, logprobs_tensors=None, num_nans=None,
-            num_sampled=num_sampled, num_rejected=num_rejected,
-        )
-        return out, num_sampled, num_rejected
-
-    def _kog_torch_step(
-        self, input_batch: Any, block_table: torch.Tensor, slot: torch.Tensor, token: torch.Tensor, offset: int
-    ) -> torch.Tensor:
-        """Final hidden state [1, H] of `token` (int [1], device) at the step's position + offset. All indices stay
-        on the device; the host only knows an upper bound of the context length (seq_lens_cpu_upper_bound)."""
-        residual = self.model.model.embed_tokens(token)[0]
-        max_seq_len = int(input_batch.seq_lens_cpu_upper_bound[0]) + offset
-        hidden = torch_step.decode_hidden(
-            self._kog_weights,
-            self._kog_kv_caches,
-            residual,
-            input_batch.positions[0] + offset,
-            slot,
-            block_table,
-            max_seq_len,
-            self._kog_all_reduce,
-        )
-        return hidden.view(1, -1)
+        return burst.sample(self.sampler, input_batch)
 
     def shutdown(self) -> None:
         self._kog_abandon_run_ahead()
