@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from kog_backend.config import KogConfig
+from kog_backend.engine.fault_injection import FaultInjection
 from kog_backend.engine.runner import KogModelRunner
 from kog_backend.path.counters import StepCounters
 
@@ -113,13 +114,11 @@ def test_k1_step_count_replaces_the_samplers(tmp_path, count, sampled, rejected)
     assert int(out.num_sampled[0]) == sampled and not r._kog_logits_pending
 
 
-def test_inject_fault_hangs_only_the_chosen_launch(tmp_path):
+def test_inject_fault_hangs_only_the_chosen_launch():
     mk = FakeMonokernel(0)
     mk.fault_table = lambda: "fault-table"
-    r = _runner(tmp_path, mk)
-    r.kog_config = KogConfig.from_dict({"inject_fault": "hang", "inject_fault_launch": 3})
-    r._kog_launches = 0
-    assert [r._kog_fault_table() for _ in range(5)] == [None, None, "fault-table", None, None]
-    off = _runner(tmp_path, mk)
-    off._kog_launches = 0
-    assert [off._kog_fault_table() for _ in range(5)] == [None] * 5  # the default: no injection
+    cpu = torch.device("cpu")
+    faults = FaultInjection(KogConfig.from_dict({"inject_fault": "hang", "inject_fault_launch": 3}), cpu)
+    assert [faults.table(mk) for _ in range(5)] == [None, None, "fault-table", None, None]
+    off = FaultInjection(KogConfig(), cpu)
+    assert [off.table(mk) for _ in range(5)] == [None] * 5  # the default: no injection

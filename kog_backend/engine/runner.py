@@ -30,6 +30,7 @@ from vllm.v1.worker.gpu.model_runner import GPUModelRunner as GPUModelRunnerV2
 from kog_backend.path import gate, model_spec
 
 from kog_backend.config import KogConfig
+from kog_backend.engine.fault_injection import FaultInjection
 from kog_backend.engine.kog_request import KogRequest
 from kog_backend.engine.step_io import BurstTokens, StepInputs
 from kog_backend.engine.torch_step import TorchStep
@@ -69,9 +70,8 @@ class KogModelRunner(GPUModelRunnerV2):
         self._kog_stop_tensors: dict[tuple[int, ...], torch.Tensor] = {}
         self._kog_run_ahead: RunAhead | None = None  # with the monokernel on one GPU, K > 1 and the run_ahead option
         self._kog_timeline = StepTimeline() if self.kog_config.step_timeline else None
-        self._kog_launches = 0  # monokernel launches issued on time (not run ahead), for the inject_fault option
+        self._kog_faults = FaultInjection(self.kog_config, self.device)  # the inject_fault option
         self._kog_k1_count: torch.Tensor | None = None  # int32 [1]: a K = 1 launch's token count, 0 if it aborted
-        self._kog_hold_release: torch.Tensor | None = None  # inject_fault=hold_sms: the holding kernel's release word
         reason = gate.server_unsupported_reason(vllm_config)
         if reason is not None:
             self._kog_disable(reason)
@@ -341,27 +341,6 @@ class KogModelRunner(GPUModelRunnerV2):
 
         torch.distributed.all_reduce(count, op=torch.distributed.ReduceOp.MIN, group=get_tp_group().device_group)
 
-    def _kog_fault_table(self) -> torch.Tensor | None:
-        """inject_fault (tests only): on the chosen on-time launch, the argument table whose launch aborts ("hang"),
-        or, for "hold_sms", the default table behind a kernel that holds half the SMs on another stream."""
-        self._kog_launches += 1
-        cfg = self.kog_config
-        if not cfg.inject_fault or self._kog_launches != cfg.inject_fault_launch:
-            return None
-        logger.warning("kog: injecting fault %r into monokernel launch %d", cfg.inject_fault, self._kog_launches)
-        if cfg.inject_fault == "hang":
-            return self._kog_mk.fault_table()
-        from kog_backend import ops
-
-        self._kog_hold_release = torch.zeros(1, dtype=torch.int32, pin_memory=True)
-        plan = self._kog_mk.plan
-        side = torch.cuda.Stream(self.device)
-        with torch.cuda.stream(side):  # half the SMs, each block with the most shared memory a block may have
-            # the test-only extension kog_backend._C_test (raises with its load reason when it is not built)
-            ops.kog_test_ops().hold_sms_test(self._kog_hold_release, max(1, plan.grid // 2), plan.smem_bytes, 50,
-                                             self.device.index or 0)
-        return None
-
     def _kog_burst_reason(self, request: KogRequest) -> str | None:
         """None when this request's kog step may generate K tokens, else why it runs one (the gate's
         burst_reason: the request's own single-token reason, the sampled_bursts option, the monokernel, vLLM's
@@ -400,7 +379,7 @@ class KogModelRunner(GPUModelRunnerV2):
         input_ids, positions = input_batch.input_ids[:1], input_batch.positions[:1]
         if k == 1:
             self._kog_abandon_run_ahead()  # only bursts are launched ahead
-            table = self._kog_fault_table()
+            table = self._kog_faults.table(mk)
             local = self._kog_mk_local_logits
             count = self._kog_k1_count  # 1, or 0 when the launch aborted: vLLM's sampler's token is then dropped
             if local is None:
@@ -433,7 +412,7 @@ class KogModelRunner(GPUModelRunnerV2):
             else:
                 draw = sampling.draw_kwargs(self.device, penalty_rows) if sampling is not None else {}
                 defer = draw.get("defer_out")
-                table = self._kog_fault_table()
+                table = self._kog_faults.table(mk)
                 with self._kog_launch_timed():
                     tokens, count = mk.generate(
                         input_ids, positions, block_table, slot_mapping, k, stop_ids=stop, sample_seed=seed,
