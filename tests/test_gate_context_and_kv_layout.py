@@ -7,7 +7,7 @@ import pytest
 import torch
 from gate_inputs import decode_at
 
-from kog_backend.engine.runner import burst_length
+from kog_backend.engine.tokens_per_step import burst_length, burst_max_len
 from kog_backend.path import eligibility
 from kog_backend.path.eligibility import MAX_TESTED_CONTEXT, STEP_REASONS, TESTED_BLOCK_SIZES
 
@@ -61,9 +61,11 @@ def test_only_the_last_known_token_decodes(position, prompt_len, outputs, want):
 
 
 def test_burst_never_computes_past_the_tested_range():
-    """The runner passes min(max_model_len, MAX_TESTED_CONTEXT + 1) to burst_length: a burst from position p makes
-    k tokens, computing positions p .. p + k - 1, whose longest context p + k stays within the tested range."""
-    cap = MAX_TESTED_CONTEXT + 1
+    """The runner passes burst_max_len(max_model_len) = min(max_model_len, MAX_TESTED_CONTEXT + 1) to burst_length: a
+    burst from position p makes k tokens, computing positions p .. p + k - 1, whose longest context p + k stays
+    within the tested range."""
+    cap = burst_max_len(4 * MAX_TESTED_CONTEXT)
+    assert cap == MAX_TESTED_CONTEXT + 1
     for p in (MAX_TESTED_CONTEXT - 40, MAX_TESTED_CONTEXT - 5, MAX_TESTED_CONTEXT - 1):
         k = burst_length(32, p, 100, 10**9, cap)
         assert 1 <= k and p + k <= MAX_TESTED_CONTEXT, (p, k)

@@ -1,6 +1,7 @@
-"""The runner's handling of the monokernel's launch outcome (status word) with a fake monokernel: a clean launch
-costs a host read and nothing else; an aborted one turns kog off with the diagnostic, counts the abort, resets the
-kernel's counters and sends this step and every later one down the stock path; a K = 1 step's token is dropped."""
+"""The monokernel's launch outcome (launch_outcome.LaunchOutcome, through the runner) with a fake monokernel: a clean
+launch costs a host read and nothing else; an aborted one turns kog off with the diagnostic, counts the abort, resets
+the kernel's counters and sends this step and every later one down the stock path; a K = 1 step's token is dropped; a
+launch the launcher refuses turns kog off on one GPU and raises under tensor parallelism."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ import pytest
 import torch
 
 from kog_backend.config import KogConfig
+from kog_backend.engine.fault_injection import FaultInjection
+from kog_backend.engine.launch_outcome import LaunchOutcome
+from kog_backend.engine.monokernel_step import MonokernelStep
 from kog_backend.engine.runner import KogModelRunner
+from kog_backend.engine.step_io import KernelLogits
 from kog_backend.path.counters import StepCounters
 
 
@@ -41,16 +46,22 @@ class FakeRunAhead:
         self.abandoned += 1
 
 
+def _step(mk, tp_size: int = 1) -> MonokernelStep:
+    cpu = torch.device("cpu")
+    step = MonokernelStep(mk, cpu, vocab_size=64, block_size=16, tokens_per_step=1, max_len=4096,
+                          faults=FaultInjection(KogConfig(), cpu), tp_size=tp_size)
+    step.run_ahead = FakeRunAhead()
+    return step
+
+
 def _runner(tmp_path, mk) -> KogModelRunner:
     r = object.__new__(KogModelRunner)  # the host-side state only: no vLLM model runner behind it
     r.device = torch.device("cpu")
     r.kog_config = KogConfig()
     r.kog_counters = StepCounters(path=str(tmp_path / "stats-1-rank0.json"))
-    r._kog_mk = mk
-    r._kog_weights = None
-    r._kog_run_ahead = FakeRunAhead()
-    r._kog_burst = None
-    r._kog_logits_pending = False
+    r._kog_monokernel = _step(mk)
+    r._kog_outcome = LaunchOutcome(r.kog_counters, r._kog_disable, r.device)
+    r._kog_output = None
     r._kog_requests = {}
     return r
 
@@ -58,25 +69,26 @@ def _runner(tmp_path, mk) -> KogModelRunner:
 def test_clean_launch_is_a_host_read_only(tmp_path):
     mk = FakeMonokernel(0)
     r = _runner(tmp_path, mk)
-    ahead = r._kog_run_ahead
+    step = r._kog_monokernel
     for _ in range(3):
         r._kog_check_launch_status()
     assert mk.calls == ["status_word"] * 3  # no diagnostics, no reset, no device call
-    assert r._kog_mk is mk and r.kog_disabled_reason is None and r.kog_counters.launch_aborts == 0
-    assert ahead.abandoned == 0
+    assert r._kog_monokernel is step and r.kog_disabled_reason is None and r.kog_counters.launch_aborts == 0
+    assert step.run_ahead.abandoned == 0
 
 
 @pytest.mark.parametrize("word", [1, 7])
 def test_abort_disables_kog_counts_and_resets(tmp_path, caplog, word):
     mk = FakeMonokernel(word)
     r = _runner(tmp_path, mk)
-    ahead = r._kog_run_ahead
+    ahead = r._kog_monokernel.run_ahead
+    r._kog_output = KernelLogits(torch.zeros(1, 64), torch.ones(1, dtype=torch.int32))  # nothing of it is sampled
     with caplog.at_level(logging.WARNING):
         r._kog_check_launch_status()
         r._kog_check_launch_status()  # kog is off now: nothing more happens
     assert mk.calls == ["status_word", "diagnostics", "reset_counters"]
     assert ahead.abandoned == 1  # the burst queued behind the aborted one is cancelled
-    assert r._kog_mk is None and r._kog_run_ahead is None and r._kog_burst is None
+    assert r._kog_monokernel is None and r._kog_output is None
     assert r.kog_counters.launch_aborts == 1
     reason = r.kog_disabled_reason
     assert reason.startswith("kernel abort: blocks not resident")
@@ -101,25 +113,41 @@ class FakeSampler:
 
 @pytest.mark.parametrize("count, sampled, rejected", [(1, 1, 0), (0, 0, 1)])
 def test_k1_step_count_replaces_the_samplers(tmp_path, count, sampled, rejected):
-    # A K = 1 launch writes its count (0 when it aborted) into _kog_k1_count; vLLM's sampler's token of the
+    # A K = 1 launch writes its count (0 when it aborted) into MonokernelStep.k1_count; vLLM's sampler's token of the
     # launch's logits goes out only with count 1.
     r = _runner(tmp_path, FakeMonokernel(0))
     r.sampler = FakeSampler()
-    r._kog_mk_logits = torch.randn(1, 64)
-    r._kog_k1_count = torch.tensor([count], dtype=torch.int32)
-    r._kog_logits_pending = True
+    r._kog_output = KernelLogits(torch.randn(1, 64), torch.tensor([count], dtype=torch.int32))
     out, num_sampled, num_rejected = r.sample(None, SimpleNamespace(), None)
     assert int(num_sampled[0]) == sampled and int(num_rejected[0]) == rejected
-    assert int(out.num_sampled[0]) == sampled and not r._kog_logits_pending
+    assert int(out.num_sampled[0]) == sampled and r._kog_output is None
 
 
-def test_inject_fault_hangs_only_the_chosen_launch(tmp_path):
+def test_refused_launch_turns_kog_off_on_one_gpu(tmp_path):
+    counters = StepCounters(path=str(tmp_path / "stats-1-rank0.json"))
+    disabled = []
+    outcome = LaunchOutcome(counters, disabled.append, torch.device("cpu"))
+    step = _step(FakeMonokernel(0))
+    outcome.launch_failed(step, RuntimeError("too many blocks"))
+    assert disabled == ["monokernel launch failed: too many blocks"] and step.run_ahead.abandoned == 1
+
+
+def test_refused_launch_raises_under_tensor_parallelism(tmp_path):
+    # The peers' kernels wait for this rank's partials: no rank falls back alone.
+    disabled = []
+    outcome = LaunchOutcome(StepCounters(path=None), disabled.append, torch.device("cpu"))
+    step = _step(FakeMonokernel(0), tp_size=2)
+    error = RuntimeError("too many blocks")
+    with pytest.raises(RuntimeError) as raised:
+        outcome.launch_failed(step, error)
+    assert raised.value is error and disabled == [] and step.run_ahead.abandoned == 0
+
+
+def test_inject_fault_hangs_only_the_chosen_launch():
     mk = FakeMonokernel(0)
     mk.fault_table = lambda: "fault-table"
-    r = _runner(tmp_path, mk)
-    r.kog_config = KogConfig.from_dict({"inject_fault": "hang", "inject_fault_launch": 3})
-    r._kog_launches = 0
-    assert [r._kog_fault_table() for _ in range(5)] == [None, None, "fault-table", None, None]
-    off = _runner(tmp_path, mk)
-    off._kog_launches = 0
-    assert [off._kog_fault_table() for _ in range(5)] == [None] * 5  # the default: no injection
+    cpu = torch.device("cpu")
+    faults = FaultInjection(KogConfig.from_dict({"inject_fault": "hang", "inject_fault_launch": 3}), cpu)
+    assert [faults.table(mk) for _ in range(5)] == [None, None, "fault-table", None, None]
+    off = FaultInjection(KogConfig(), cpu)
+    assert [off.table(mk) for _ in range(5)] == [None] * 5  # the default: no injection

@@ -12,7 +12,9 @@ from gate_inputs import decode_at
 
 from kog_backend.config import KogConfig
 from kog_backend.engine import runner as runner_mod
-from kog_backend.engine.runner import KogModelRunner, _KogRequest
+from kog_backend.engine.kog_request import KogRequest
+from kog_backend.engine.runner import KogModelRunner
+from kog_backend.engine.tokens_per_step import burst_max_len
 from kog_backend.path.counters import StepCounters
 from kog_backend.path.eligibility import MAX_TESTED_CONTEXT, STEP_REASONS
 
@@ -23,8 +25,14 @@ def _runner(tmp_path, max_model_len: int = 4096) -> KogModelRunner:
     r.kog_config = KogConfig()
     r.kog_counters = StepCounters(path=str(tmp_path / "stats-1-rank0.json"))
     r.max_model_len = max_model_len
-    r._kog_requests = {"a": _KogRequest(reason=None, single_token=None, sampling=None, prompt_len=10,
-                                        max_tokens=10**6, stop_ids=())}
+    r.model_config = SimpleNamespace(get_vocab_size=lambda: 1000)
+    r.sampler = SimpleNamespace()
+    r._kog_tokens_per_step = 32
+    r._kog_timeline = None
+    r._kog_monokernel = None
+    r._kog_torch = None
+    r._kog_requests = {"a": KogRequest(reason=None, single_token=None, sampling=None, prompt_len=10,
+                                       max_tokens=10**6, stop_ids=())}
     return r
 
 
@@ -48,7 +56,12 @@ def test_step_reason_uses_the_recorded_prompt_length(tmp_path, position, outputs
 @pytest.mark.parametrize("max_model_len,want", [(4096, 4096), (MAX_TESTED_CONTEXT, MAX_TESTED_CONTEXT),
                                                 (4 * MAX_TESTED_CONTEXT, MAX_TESTED_CONTEXT + 1)])
 def test_bursts_are_capped_at_the_tested_range(tmp_path, max_model_len, want):
-    assert _runner(tmp_path, max_model_len)._kog_max_len == want
+    assert burst_max_len(max_model_len) == want
+    # The runner's burst from position p makes k tokens, the last at p + k - 1 <= want - 2 (burst_length's cap).
+    r = _runner(tmp_path, max_model_len)
+    for p in (want - 40, want - 5, want - 2):
+        k = r._kog_burst_length(r._kog_requests["a"], p)
+        assert k == min(32, want - 1 - p), (p, k)
 
 
 def _with_caches(tmp_path, monkeypatch, caches):
@@ -57,10 +70,10 @@ def _with_caches(tmp_path, monkeypatch, caches):
     layers = [SimpleNamespace(self_attn=SimpleNamespace(attn=SimpleNamespace(kv_cache=c))) for c in caches]
     r.model = SimpleNamespace(model=SimpleNamespace(layers=layers))
     r.kv_cache_config = SimpleNamespace(kv_cache_groups=[object()])
-    r._kog_weights = SimpleNamespace(shape=SimpleNamespace(head_dim=128))
+    r._kog_weights = SimpleNamespace(shape=SimpleNamespace(head_dim=128, tp_size=1))
     r._kog_kv_caches = []
     monkeypatch.setattr(runner_mod.GPUModelRunnerV2, "initialize_kv_cache", lambda self, cfg: None)
-    monkeypatch.setattr(KogModelRunner, "_kog_select_impl", lambda self: None)
+    monkeypatch.setattr(runner_mod, "select_step", lambda torch_step, *a: torch_step)  # the torch step
     r.initialize_kv_cache(None)
     return r
 
@@ -72,6 +85,7 @@ def _nhd(block: int) -> torch.Tensor:
 def test_known_kv_layout_keeps_kog_on(tmp_path, monkeypatch):
     r = _with_caches(tmp_path, monkeypatch, [_nhd(16), _nhd(16)])
     assert r.kog_disabled_reason is None and len(r._kog_kv_caches) == 2
+    assert r._kog_torch.kv_caches == r._kog_kv_caches and r._kog_monokernel is None
 
 
 @pytest.mark.parametrize("bad,needle", [(_nhd(8), "block size 8"),
@@ -80,4 +94,4 @@ def test_known_kv_layout_keeps_kog_on(tmp_path, monkeypatch):
 def test_unknown_kv_layout_turns_kog_off_with_its_reason(tmp_path, monkeypatch, bad, needle):
     r = _with_caches(tmp_path, monkeypatch, [_nhd(16), bad])
     assert r.kog_disabled_reason is not None
-    assert needle in r.kog_disabled_reason and r._kog_kv_caches == []
+    assert needle in r.kog_disabled_reason and r._kog_kv_caches == [] and r._kog_torch is None

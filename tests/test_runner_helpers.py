@@ -1,4 +1,5 @@
-"""Host-side arithmetic of the kog runner: how many tokens one step may generate, and which ids end a burst."""
+"""Host-side arithmetic of the kog step: how many tokens one step may generate (tokens_per_step), and which ids end a
+burst (kog_request)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import torch
 from vllm.sampling_params import SamplingParams
 
 from kog_backend.path.eligibility import BurstSampling, burst_sampling
-from kog_backend.engine.runner import _stop_ids, burst_length
+from kog_backend.engine.kog_request import stop_ids
+from kog_backend.engine.tokens_per_step import burst_length
 
 
 @pytest.mark.parametrize(
@@ -40,11 +42,11 @@ def test_burst_never_passes_max_tokens_over_a_whole_request():
 def test_stop_ids_follow_check_stop():
     sp = SamplingParams(stop_token_ids=[5, 3])
     sp.update_from_generation_config({}, 2)
-    assert _stop_ids(sp) == (2, 3, 5)
+    assert stop_ids(sp) == (2, 3, 5)
     sp = SamplingParams(stop_token_ids=[5], ignore_eos=True)
     sp.update_from_generation_config({}, 2)
-    assert _stop_ids(sp) == (5,)
-    assert _stop_ids(None) == ()
+    assert stop_ids(sp) == (5,)
+    assert stop_ids(None) == ()
 
 
 @pytest.mark.parametrize(
@@ -111,18 +113,15 @@ def _vllm_config(kog, scheduler_cls, async_scheduling):
     ],
 )
 def test_effective_tokens_per_step(kog, sched, async_, want, level, monkeypatch):
-    from types import SimpleNamespace
-
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    from kog_backend.engine import runner
     from kog_backend.config import KogConfig
+    from kog_backend.engine import tokens_per_step
     from kog_backend.engine.scheduler import KogScheduler
 
     logged = []
-    monkeypatch.setattr(runner.logger, "info", lambda *a, **k: logged.append("INFO"))
-    monkeypatch.setattr(runner.logger, "warning", lambda *a, **k: logged.append("WARNING"))
+    monkeypatch.setattr(tokens_per_step.logger, "info", lambda *a, **k: logged.append("INFO"))
+    monkeypatch.setattr(tokens_per_step.logger, "warning", lambda *a, **k: logged.append("WARNING"))
     vc = _vllm_config(kog, KogScheduler if sched == "kog" else Scheduler, async_)
-    fake = SimpleNamespace(kog_config=KogConfig.from_vllm_config(vc))
-    assert runner.KogModelRunner._kog_effective_tokens_per_step(fake, vc) == want
+    assert tokens_per_step.effective_tokens_per_step(KogConfig.from_vllm_config(vc), vc) == want
     assert logged == ([level] if level else [])

@@ -151,7 +151,7 @@ def test_run_ahead_reserves_two_bursts(make_scheduler):
 
 @pytest.mark.parametrize("tokens_per_step", [K, 1])
 def test_a_step_with_no_token_is_retaken(make_scheduler, tokens_per_step):
-    # An aborted monokernel launch reports no token (runner._kog_check_launch_status): the position is scheduled
+    # An aborted monokernel launch reports no token (LaunchOutcome.aborted): the position is scheduled
     # again, with the same input token, and the request goes on as if the step had not happened.
     s = make_scheduler(tokens_per_step=tokens_per_step)
     r = _request("a", 31, max_tokens=100, ignore_eos=True)

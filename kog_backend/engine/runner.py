@@ -9,15 +9,20 @@ stock (vLLM's sampler, async output copy, `postprocess_sampled`), so the schedul
 see an ordinary step. With tokens_per_step K > 1, one kog step generates up to K tokens and `sample` hands them
 to vLLM as one step's output (KogScheduler reserved their KV slots and accounts for them): greedy, or sampled as
 vLLM's sampler draws (temperature, top-k, top-p, min-p, penalties; csrc/include/kog/burst_sampling.cuh,
-penalties.cuh), where the kernel
-leaves a token whose draw hinges on vLLM's own fp32 rounding to vLLM's sampler, run on that token's logits right
-behind the launch (`_kog_draw_deferred`).
+penalties.cuh), where the kernel leaves a token whose draw hinges on vLLM's own fp32 rounding to vLLM's sampler,
+run on that token's logits right behind the launch (MonokernelStep.draw_deferred).
+
+The runner keeps what is a vLLM override or vLLM's bookkeeping; the kog step is computed by
+- monokernel_step.MonokernelStep: the monokernel's launches (K = 1 with logits, bursts, run-ahead);
+- torch_step.TorchStep: the torch step (the torch option, and the step whose launch the launcher refused);
+- launch_outcome.LaunchOutcome: a launch that failed or aborted turns kog off;
+- step_select.select_step: which of the two steps runs, or why kog is off;
+- kog_request.KogRequest, tokens_per_step: what the runner records of a request, and a step's burst length;
+- step_io: the step's inputs (vLLM's buffers) and what it leaves for `sample`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import os
 from typing import Any
 
@@ -27,50 +32,24 @@ from vllm.logger import init_logger
 from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 from vllm.v1.worker.gpu.model_runner import ExecuteModelState
 from vllm.v1.worker.gpu.model_runner import GPUModelRunner as GPUModelRunnerV2
-from vllm.v1.worker.gpu.sample.output import SamplerOutput
 
-from kog_backend.path import gate, model_spec
-
-from kog_backend.reference import torch_step
 from kog_backend.config import KogConfig
+from kog_backend.engine.kog_request import KogRequest
+from kog_backend.engine.launch_outcome import LaunchOutcome
+from kog_backend.engine.monokernel_step import MonokernelStep
+from kog_backend.engine.step_io import BurstTokens, KernelLogits, StepInputs
+from kog_backend.engine.step_select import select_step
+from kog_backend.engine.tokens_per_step import burst_max_len, effective_tokens_per_step
+from kog_backend.engine.torch_step import TorchStep
+from kog_backend.path import gate, model_spec
 from kog_backend.path.counters import StepCounters, state_dir
-from kog_backend.path.burst_sampling import BurstSampling, burst_sampling
 from kog_backend.path.gate import kv_cache as kv_gate
-from kog_backend.path.gate import monokernel as mk_gate
 from kog_backend.path.gate.step import MAX_TESTED_CONTEXT
-from kog_backend.path.run_ahead import BurstKey, PlannedLaunch, RunAhead, blocks_needed, next_burst_key
 from kog_backend.path.step_timeline import StepTimeline
 
 logger = init_logger("kog_backend.engine.runner")
 
 _ONE_TOKEN = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=1, num_reqs=1)
-
-
-@dataclasses.dataclass(frozen=True)
-class _KogRequest:
-    reason: str | None  # why this request never takes the kog path, or None
-    single_token: str | None  # why its kog steps make one token each whatever the kernel can do, or None
-    sampling: BurstSampling | None  # its draw and penalties as vLLM holds them, None: plain greedy (the greedy kernel)
-    prompt_len: int
-    max_tokens: int
-    stop_ids: tuple[int, ...]  # EOS (unless ignore_eos) and stop_token_ids: the monokernel ends a burst there
-
-
-def _stop_ids(sp: Any) -> tuple[int, ...]:
-    """The ids vLLM's check_stop ends a request on: stop_token_ids, and EOS unless ignore_eos."""
-    if sp is None:
-        return ()
-    ids = set(sp.stop_token_ids or ())
-    if not sp.ignore_eos and sp.eos_token_id is not None:
-        ids.add(sp.eos_token_id)
-    return tuple(sorted(ids))
-
-
-def burst_length(tokens_per_step: int, position: int, prompt_len: int, max_tokens: int, max_model_len: int) -> int:
-    """Tokens one kog step may generate for the token at `position`: at most K, never past max_tokens (outputs
-    so far: position - prompt_len + 1) or max_model_len (the last token may sit at max_model_len - 1)."""
-    outputs_so_far = position - prompt_len + 1
-    return max(1, min(tokens_per_step, max_tokens - outputs_so_far, max_model_len - 1 - position))
 
 
 class KogModelRunner(GPUModelRunnerV2):
@@ -80,55 +59,20 @@ class KogModelRunner(GPUModelRunnerV2):
         rank = vllm_config.parallel_config.rank
         path = os.path.join(state_dir(self.kog_config.state_dir), f"stats-{os.getpid()}-rank{rank}.json")
         self.kog_counters = StepCounters(path=path)
-        self._kog_requests: dict[str, _KogRequest] = {}
-        self._kog_burst: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-        self._kog_tokens_per_step = self._kog_effective_tokens_per_step(vllm_config)
+        self._kog_requests: dict[str, KogRequest] = {}
+        self._kog_tokens_per_step = effective_tokens_per_step(self.kog_config, vllm_config)
         self._kog_weights: model_spec.DecoderWeights | None = None
         self._kog_kv_caches: list[torch.Tensor] = []
-        self._kog_all_reduce = None
-        self._kog_mk = None  # kog_backend.monokernel.Monokernel when step_impl selects it
-        self._kog_mk_logits: torch.Tensor | None = None  # bf16 [1, vocab]: the monokernel's logits of a K=1 step
-        # Tensor parallelism: bf16 [1, V_pad / tp], this rank's rows of a K=1 step, and their all-gather.
-        self._kog_mk_local_logits: torch.Tensor | None = None
-        self._kog_gather_logits = None
-        self._kog_logits_pending = False
-        self._kog_stop_tensors: dict[tuple[int, ...], torch.Tensor] = {}
-        self._kog_run_ahead: RunAhead | None = None  # with the monokernel on one GPU, K > 1 and the run_ahead option
+        self._kog_torch: TorchStep | None = None  # computes the kog step without the monokernel
+        self._kog_monokernel: MonokernelStep | None = None  # when step_select chose it, until a launch fails
+        self._kog_outcome = LaunchOutcome(self.kog_counters, self._kog_disable, self.device)
+        self._kog_output: KernelLogits | BurstTokens | None = None  # what `sample` hands vLLM for this kog step
         self._kog_timeline = StepTimeline() if self.kog_config.step_timeline else None
-        self._kog_launches = 0  # monokernel launches issued on time (not run ahead), for the inject_fault option
-        self._kog_k1_count: torch.Tensor | None = None  # int32 [1]: a K = 1 launch's token count, 0 if it aborted
-        self._kog_hold_release: torch.Tensor | None = None  # inject_fault=hold_sms: the holding kernel's release word
         reason = gate.server_unsupported_reason(vllm_config)
         if reason is not None:
             self._kog_disable(reason)
 
-    @property
-    def _kog_max_len(self) -> int:
-        """The max_model_len a burst is capped by (burst_length): vLLM's, or one past the tested context range, so
-        that no burst computes a position whose context exceeds MAX_TESTED_CONTEXT."""
-        return min(self.max_model_len, MAX_TESTED_CONTEXT + 1)
-
     # ---- set-up --------------------------------------------------------------------------------------------
-
-    def _kog_effective_tokens_per_step(self, vllm_config: Any) -> int:
-        k = self.kog_config.tokens_per_step
-        if k == 1:
-            return 1
-        from kog_backend.engine.scheduler import KogScheduler
-
-        sc = vllm_config.scheduler_config
-        try:
-            cls = sc.get_scheduler_cls()
-        except Exception:  # an unimportable scheduler is vLLM's error to report
-            cls = None
-        problem = gate.scheduling_reason(isinstance(cls, type) and issubclass(cls, KogScheduler), sc.async_scheduling)
-        if problem is not None:
-            if "tokens_per_step" in KogConfig.given_keys(vllm_config):
-                logger.warning("kog: tokens_per_step=%d needs its scheduler; running 1 token per step: %s", k, problem)
-            else:
-                logger.info("kog: 1 token per engine step (the default K=%d needs kog's scheduler): %s", k, problem)
-            return 1
-        return k
 
     @property
     def kog_disabled_reason(self) -> str | None:
@@ -147,11 +91,6 @@ class KogModelRunner(GPUModelRunnerV2):
             self._kog_weights = model_spec.from_vllm_model(self.model, self.vllm_config)
         except model_spec.UnsupportedModel as e:
             self._kog_disable(str(e))
-            return
-        if self._kog_weights.shape.tp_size > 1:
-            from vllm.distributed import tensor_model_parallel_all_reduce
-
-            self._kog_all_reduce = tensor_model_parallel_all_reduce
 
     def initialize_kv_cache(self, kv_cache_config: Any) -> None:
         super().initialize_kv_cache(kv_cache_config)
@@ -174,16 +113,24 @@ class KogModelRunner(GPUModelRunnerV2):
                 return
             caches.append(cache)
         self._kog_kv_caches = caches
-        impl = self._kog_select_impl()
-        if impl is None:
+        torch_step = TorchStep(self.model, self._kog_weights, caches, self.device)
+        chosen = select_step(
+            torch_step, self.kog_config, self._kog_weights, caches, self.device, self.max_model_len,
+            self.model_config.get_vocab_size(), self._kog_tokens_per_step, self.kog_counters, self._kog_timeline,
+        )  # fmt: skip
+        if isinstance(chosen, str):
+            self._kog_disable(chosen)
             return
+        self._kog_torch = torch_step
+        self._kog_monokernel = chosen if isinstance(chosen, MonokernelStep) else None
+        runs_ahead = self._kog_monokernel is not None and self._kog_monokernel.run_ahead is not None
         logger.info(
             "kog: single-request decode steps run on the kog path (%s, %d layers, block size %d, %d tokens per step%s)",
-            impl,
+            chosen.name,
             len(caches),
             caches[0].shape[2],
             self._kog_tokens_per_step,
-            ", bursts run ahead" if self._kog_run_ahead is not None else "",
+            ", bursts run ahead" if runs_ahead else "",
         )
         if self.max_model_len > MAX_TESTED_CONTEXT:
             logger.info(
@@ -191,86 +138,16 @@ class KogModelRunner(GPUModelRunnerV2):
                 self.max_model_len, MAX_TESTED_CONTEXT,
             )  # fmt: skip
 
-    def _kog_select_impl(self) -> str | None:
-        """'torch' or 'monokernel'. `auto` and `monokernel` select the monokernel and turn kog off, with the
-        reason, where it cannot run (the requests are then served stock: the torch step is slower than stock, so
-        it runs only when asked for with `torch`). The monokernel's parity with stock inside vLLM is what
-        integration_tests/ checks (teacher forcing, multi-token, sampled bursts; figures in README.md)."""
-        if self.kog_config.step_impl == "torch":
-            return "torch"
-        from kog_backend import ops
-
-        reason = ops.load_reason()
-        if reason is None:
-            from kog_backend.monokernel import Monokernel, unsupported_reason
-
-            if self._kog_weights.shape.tp_size > 1:
-                return self._kog_select_tp_monokernel()
-            reason = unsupported_reason(self._kog_weights, self._kog_kv_caches, self.device)
-        if reason is not None:
-            self._kog_disable(mk_gate.refused(reason))
-            return None
-        try:
-            self._kog_mk = Monokernel(
-                self._kog_weights, self._kog_kv_caches, self.device, self.max_model_len,
-                max_tokens_per_launch=self._kog_tokens_per_step,
-            )
-        except (ValueError, RuntimeError) as e:
-            self._kog_disable(mk_gate.setup_failed(e))
-            return None
-        vocab = self.model_config.get_vocab_size()
-        self._kog_mk_logits = torch.empty(1, vocab, dtype=torch.bfloat16, device=self.device)
-        self._kog_k1_count = torch.zeros(1, dtype=torch.int32, device=self.device)
-        if self.kog_config.run_ahead and self._kog_tokens_per_step > 1:
-            self._kog_run_ahead = RunAhead(self.kog_counters)
-        return "monokernel"
-
-    def _kog_select_tp_monokernel(self) -> str | None:
-        """Tensor parallelism: the TP monokernel on every rank of the group or on none (tp.setup_tp_monokernel), when
-        the tp_monokernel option is on. Its K = 1 logits are this rank's vocabulary rows, gathered for vLLM's
-        sampler."""
-        s = self._kog_weights.shape
-        reason = mk_gate.tp_option_reason(s.tp_size, self.kog_config.tp_monokernel)
-        if reason is not None:
-            self._kog_disable(mk_gate.refused(reason))
-            return None
-        from vllm.distributed import get_tp_group, tensor_model_parallel_all_gather
-
-        from kog_backend.monokernel.tp import setup_tp_monokernel
-
-        mk, reason = setup_tp_monokernel(
-            self._kog_weights, self._kog_kv_caches, self.device, self.max_model_len, self._kog_tokens_per_step,
-            get_tp_group().cpu_group, lambda t: tensor_model_parallel_all_gather(t, dim=0),
-        )  # fmt: skip
-        if mk is None:
-            self._kog_disable(mk_gate.refused(reason, tp=True))
-            return None
-        self._kog_mk = mk
-        vocab = self.model_config.get_vocab_size()
-        self._kog_mk_logits = torch.empty(1, vocab, dtype=torch.bfloat16, device=self.device)
-        self._kog_mk_local_logits = torch.empty(1, s.padded_vocab_local, dtype=torch.bfloat16, device=self.device)
-        self._kog_k1_count = torch.zeros(1, dtype=torch.int32, device=self.device)
-        self._kog_gather_logits = lambda t: tensor_model_parallel_all_gather(t, dim=-1)
-        return "monokernel"
-
     # ---- request tracking ------------------------------------------------------------------------------------
 
     def add_requests(self, scheduler_output: Any) -> None:
         super().add_requests(scheduler_output)
         for new in scheduler_output.scheduled_new_reqs:
-            sp = new.sampling_params
-            self._kog_requests[new.req_id] = _KogRequest(
-                reason=gate.request_unsupported_reason(sp, new.lora_request, new.pooling_params),
-                single_token=gate.request_single_token_reason(sp),
-                sampling=burst_sampling(sp, self.model_config.get_vocab_size()),
-                prompt_len=len(new.prompt_token_ids or ()),
-                max_tokens=(sp.max_tokens if sp is not None and sp.max_tokens is not None else 1),
-                stop_ids=_stop_ids(sp),
-            )
+            self._kog_requests[new.req_id] = KogRequest.from_new_request(new, self.model_config.get_vocab_size())
 
     def _remove_request(self, req_id: str) -> bool:
-        if self._kog_run_ahead is not None:
-            self._kog_run_ahead.abandon_request(req_id)
+        if self._kog_monokernel is not None:
+            self._kog_monokernel.abandon_run_ahead(req_id)
         if self._kog_requests.pop(req_id, None) is not None and not self._kog_requests:
             if self._kog_timeline is not None:
                 self.kog_counters.record_timeline(self._kog_timeline.summary())
@@ -327,26 +204,20 @@ class KogModelRunner(GPUModelRunnerV2):
 
         input_batch = self.prepare_inputs(scheduler_output, _ONE_TOKEN)
         block_tables, slot_mappings = self.prepare_attn(input_batch)
-        block_table, slot = block_tables[0][0], slot_mappings[0][0]
         request = self._kog_requests[input_batch.req_ids[0]]
-        position = int(input_batch.num_computed_tokens_np[0])
-        k = 1
-        if self._kog_tokens_per_step > 1:
-            single = self._kog_burst_reason(request)
-            if single is None:
-                k = burst_length(
-                    self._kog_tokens_per_step, position, request.prompt_len, request.max_tokens, self._kog_max_len
-                )
-            else:
-                self.kog_counters.record_single_token(single)
-        hidden = None
-        if self._kog_mk is not None:
-            hidden, k = self._kog_try_monokernel(input_batch, block_table, slot_mappings[0][:1], request, k)
-        if hidden is None and k == 1:
-            # One token: vLLM's own LM head and sampler run on this hidden state in sample_tokens.
-            hidden = self._kog_torch_step(input_batch, block_table, slot, input_batch.input_ids[:1], 0)
-        elif hidden is None:
-            hidden = self._kog_torch_burst(input_batch, block_table, slot, k)
+        inputs = StepInputs(input_batch, block_tables[0][0], slot_mappings[0][:1], request, self.block_tables)
+        k = self._kog_burst_length(request, int(input_batch.num_computed_tokens_np[0]))
+        hidden, output = None, None
+        if self._kog_monokernel is not None:
+            try:
+                hidden, output = self._kog_monokernel.run(inputs, k, self.sampler)
+            except RuntimeError as e:
+                self._kog_outcome.launch_failed(self._kog_monokernel, e)
+                self._kog_drop_monokernel()
+                k = 1
+        if hidden is None:
+            hidden, output = self._kog_torch.run(inputs, k)
+        self._kog_output = output
 
         self.execute_model_state = ExecuteModelState(
             input_batch=input_batch,
@@ -359,308 +230,52 @@ class KogModelRunner(GPUModelRunnerV2):
         self.kog_counters.record_kog(k)
         return None
 
-    # ---- launch outcome ----------------------------------------------------------------------------------------
+    def _kog_burst_length(self, request: KogRequest, position: int) -> int:
+        """Tokens this kog step generates: 1, or with K > 1 a burst (tokens_per_step.burst_length) unless the gate's
+        burst_reason (the request's own single-token reason, the sampled_bursts option, the monokernel, vLLM's
+        Gumbel noise, what the kernel can apply) keeps it at one token, counted."""
+        if self._kog_tokens_per_step == 1:
+            return 1
+        single = gate.burst_reason(
+            request.single_token, request.sampling, sampled_bursts=self.kog_config.sampled_bursts,
+            monokernel=self._kog_monokernel.kernel if self._kog_monokernel is not None else None,
+            fp64_gumbel=bool(getattr(self.sampler, "use_fp64_gumbel", False)),
+        )  # fmt: skip
+        if single is not None:
+            self.kog_counters.record_single_token(single)
+            return 1
+        return request.burst_length(self._kog_tokens_per_step, position, burst_max_len(self.max_model_len))
 
     def _kog_check_launch_status(self) -> None:
-        """The outcome of the monokernel launches whose tokens vLLM has taken: every launch's last block writes its
-        abort word into pinned memory (Monokernel.status, sync.cuh), and vLLM waited for each earlier step's output,
-        which the stream orders behind its launch, before scheduling this step: a host read, no device call. An
-        aborted launch reported no token (its count is 0: the scheduler retakes that position, KogScheduler), so
-        nothing it computed reached a client; here kog turns off and this step, and every later one, runs stock.
-        Tensor parallelism: the ranks' words are combined (max) so that every rank decides the same."""
-        mk = self._kog_mk
-        if mk is None:
-            return
-        word = mk.status_word()
-        if self._kog_weights is not None and self._kog_weights.shape.tp_size > 1:
-            from vllm.distributed import get_tp_group
+        """The outcome of the monokernel launches whose tokens vLLM has taken (LaunchOutcome.aborted): after an
+        abort kog is off and this step runs stock."""
+        if self._kog_monokernel is not None and self._kog_outcome.aborted(self._kog_monokernel):
+            self._kog_drop_monokernel()
 
-            t = torch.tensor([word], dtype=torch.int64)
-            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX, group=get_tp_group().cpu_group)
-            word = int(t[0])
-        if word != 0:
-            self._kog_on_abort(word)
+    def _kog_drop_monokernel(self) -> None:
+        self._kog_monokernel, self._kog_output = None, None
 
-    def _kog_on_abort(self, word: int) -> None:
-        mk = self._kog_mk
-        self._kog_abandon_run_ahead()
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)  # nothing of the kernel's in flight (run-ahead included)
-        try:
-            detail = mk.diagnostics() or f"abort word {word} on another rank"
-        except RuntimeError as e:  # the diagnostic must not take the server down
-            detail = f"abort word {word} (diagnostics unavailable: {e})"
-        self.kog_counters.record_launch_abort()
-        self._kog_disable(mk_gate.kernel_abort(detail))
-        mk.reset_counters()  # a later kernel (tests, a future re-enable) starts from a clean state
-        self._kog_mk, self._kog_burst, self._kog_logits_pending, self._kog_run_ahead = None, None, False, None
+    def _kog_abandon_run_ahead(self) -> None:
+        if self._kog_monokernel is not None:
+            self._kog_monokernel.abandon_run_ahead()
 
-    def _kog_agree_count(self, count: torch.Tensor) -> None:
-        """Tensor parallelism: the launch's token count becomes the least over the group (on the device, no host
-        synchronisation). A rank whose kernel aborted reports 0 while its peers, fed its garbage partial sums, may
-        complete: with the minimum no rank's step emits a token (the output rank's is what vLLM uses)."""
-        if self._kog_weights is None or self._kog_weights.shape.tp_size == 1:
-            return
-        from vllm.distributed import get_tp_group
-
-        torch.distributed.all_reduce(count, op=torch.distributed.ReduceOp.MIN, group=get_tp_group().device_group)
-
-    def _kog_fault_table(self) -> torch.Tensor | None:
-        """inject_fault (tests only): on the chosen on-time launch, the argument table whose launch aborts ("hang"),
-        or, for "hold_sms", the default table behind a kernel that holds half the SMs on another stream."""
-        self._kog_launches += 1
-        cfg = self.kog_config
-        if not cfg.inject_fault or self._kog_launches != cfg.inject_fault_launch:
-            return None
-        logger.warning("kog: injecting fault %r into monokernel launch %d", cfg.inject_fault, self._kog_launches)
-        if cfg.inject_fault == "hang":
-            return self._kog_mk.fault_table()
-        from kog_backend import ops
-
-        self._kog_hold_release = torch.zeros(1, dtype=torch.int32, pin_memory=True)
-        plan = self._kog_mk.plan
-        side = torch.cuda.Stream(self.device)
-        with torch.cuda.stream(side):  # half the SMs, each block with the most shared memory a block may have
-            # the test-only extension kog_backend._C_test (raises with its load reason when it is not built)
-            ops.kog_test_ops().hold_sms_test(self._kog_hold_release, max(1, plan.grid // 2), plan.smem_bytes, 50,
-                                             self.device.index or 0)
-        return None
-
-    def _kog_burst_reason(self, request: _KogRequest) -> str | None:
-        """None when this request's kog step may generate K tokens, else why it runs one (the gate's
-        burst_reason: the request's own single-token reason, the sampled_bursts option, the monokernel, vLLM's
-        Gumbel noise, what the kernel can apply)."""
-        return gate.burst_reason(
-            request.single_token, request.sampling, sampled_bursts=self.kog_config.sampled_bursts,
-            monokernel=self._kog_mk, fp64_gumbel=bool(getattr(self.sampler, "use_fp64_gumbel", False)),
-        )  # fmt: skip
-
-    def _kog_torch_burst(
-        self, input_batch: Any, block_table: torch.Tensor, slot: torch.Tensor, k: int
-    ) -> torch.Tensor:
-        """Greedy decoding of k tokens, each the next position's input, each position's K/V written into the
-        slots KogScheduler reserved. Leaves the tokens for `sample`, returns the last hidden state."""
-        block_size = self._kog_kv_caches[0].shape[2]
-        tokens = torch.empty(1, k, dtype=torch.int64, device=self.device)
-        token = input_batch.input_ids[:1]
-        position = input_batch.positions[0]
-        for j in range(k):
-            if j > 0:
-                pos = position + j
-                slot = block_table[pos // block_size].long() * block_size + pos % block_size
-            hidden = self._kog_torch_step(input_batch, block_table, slot, token, j)
-            logits = self.model.compute_logits(hidden)
-            tokens[0, j] = torch_step.greedy(logits[0])
-            token = tokens[0, j : j + 1]
-        num_sampled = torch.full((1,), k, dtype=torch.int32, device=self.device)
-        # post_update advances num_computed_tokens by query_len - num_rejected = 1 - (1 - k) = k positions.
-        num_rejected = torch.full((1,), 1 - k, dtype=torch.int32, device=self.device)
-        self._kog_burst = (tokens, num_sampled, num_rejected)
-        return hidden
-
-    def _kog_try_monokernel(
-        self, input_batch: Any, block_table: torch.Tensor, slot_mapping: torch.Tensor, request: _KogRequest, k: int
-    ) -> tuple[torch.Tensor | None, int]:
-        """(output, k), or (None, 1) when the launcher refused the launch (its checks, resources): kog is then off
-        for this server, and this step, whose bookkeeping is done, is computed by the torch step. A sticky device
-        fault raises again there and reaches vLLM as what it is."""
-        try:
-            return self._kog_monokernel(input_batch, block_table, slot_mapping, request, k), k
-        except RuntimeError as e:
-            if self._kog_weights.shape.tp_size > 1:
-                # The peers' kernels are waiting for this rank's partials: falling back alone would desynchronise
-                # the group (their kernels time out, the torch step's all-reduce waits forever). Fail visibly.
-                raise
-            self._kog_disable(mk_gate.launch_failed(e))
-            self._kog_abandon_run_ahead()
-            self._kog_mk, self._kog_burst, self._kog_logits_pending, self._kog_run_ahead = None, None, False, None
-            return None, 1
-
-    def _kog_monokernel(
-        self, input_batch: Any, block_table: torch.Tensor, slot_mapping: torch.Tensor, request: _KogRequest, k: int
-    ) -> torch.Tensor:
-        """One launch. k == 1: the kernel writes the logits and vLLM's sampler picks the token in sample_tokens
-        (exact vLLM semantics for every sampling setting). k > 1 (greedy, or sampled with the sampled_bursts option):
-        the kernel generates up to k tokens, ending early after a stop id or before a token it leaves to vLLM's
-        sampler (drawn here, _kog_draw_deferred); `sample` hands them to vLLM."""
-        mk = self._kog_mk
-        input_ids, positions = input_batch.input_ids[:1], input_batch.positions[:1]
-        if k == 1:
-            self._kog_abandon_run_ahead()  # only bursts are launched ahead
-            table = self._kog_fault_table()
-            local = self._kog_mk_local_logits
-            count = self._kog_k1_count  # 1, or 0 when the launch aborted: vLLM's sampler's token is then dropped
-            if local is None:
-                with self._kog_launch_timed():
-                    mk.step(input_ids, positions, block_table, slot_mapping, logits_out=self._kog_mk_logits[0],
-                            model_table=table, num_out=count)
-            else:  # tensor parallelism: this rank's vocabulary rows, then every rank's in order (padding cut off)
-                with self._kog_launch_timed():
-                    mk.step(input_ids, positions, block_table, slot_mapping, logits_out=local[0], model_table=table,
-                            num_out=count)
-                full = self._kog_gather_logits(local)
-                self._kog_mk_logits.copy_(full[:, : self._kog_mk_logits.shape[1]])
-                self._kog_agree_count(count)
-            self._kog_logits_pending = True
-        else:
-            stop = self._kog_stop_tensors.get(request.stop_ids)
-            if stop is None:
-                stop = torch.tensor(request.stop_ids or (-1,), dtype=torch.int64, device=self.device)
-                self._kog_stop_tensors[request.stop_ids] = stop
-            seed, sampling, penalty_rows = None, None, None
-            if request.sampling is not None:  # _kog_burst_reason: the request's seed as vLLM's sampler holds it
-                seed = self.sampler.sampling_states.seeds.gpu[input_batch.idx_mapping[:1].long()]
-                sampling = request.sampling
-                if sampling.penalized:  # this request's rows of vLLM's PenaltiesState (views, no copy)
-                    penalty_rows = self._kog_penalty_rows(input_batch)
-            key = BurstKey(input_batch.req_ids[0], int(input_batch.num_computed_tokens_np[0]), k)
-            ahead = self._kog_run_ahead.take(key) if self._kog_run_ahead is not None else None
-            if ahead is not None:
-                tokens, count, defer = ahead.tokens, ahead.count, ahead.defer
-            else:
-                draw = sampling.draw_kwargs(self.device, penalty_rows) if sampling is not None else {}
-                defer = draw.get("defer_out")
-                table = self._kog_fault_table()
-                with self._kog_launch_timed():
-                    tokens, count = mk.generate(
-                        input_ids, positions, block_table, slot_mapping, k, stop_ids=stop, sample_seed=seed,
-                        model_table=table, **draw,
-                    )
-            if defer is not None:
-                count = self._kog_draw_deferred(tokens, count, defer, positions, input_batch)
-            self._kog_agree_count(count)
-            self._kog_burst = (tokens.view(1, k), count, 1 - count)
-            if self._kog_run_ahead is not None:
-                self._kog_plan_run_ahead(key, tokens, count, input_batch, block_table, request, stop, seed, sampling,
-                                         penalty_rows)
-        # sample_tokens reads no hidden state on the kog path (no prompt logprobs, no speculator).
-        return self._kog_mk_logits
-
-    def _kog_penalty_rows(self, input_batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """(prompt_mask int32 [ceil(V / 32)], output_counts int32 [V]): the step's request's rows of vLLM's
-        PenaltiesState, which vLLM's post-update keeps current in stream order (before the next launch)."""
-        state = self.sampler.penalties_state
-        i = int(input_batch.idx_mapping_np[0])
-        return state.prompt_bin_mask[i], state.output_bin_counts[i]
-
-    def _kog_draw_deferred(
-        self, tokens: torch.Tensor, count: torch.Tensor, defer: torch.Tensor, positions: torch.Tensor, input_batch: Any
-    ) -> torch.Tensor:
-        """The token a filtered burst left to vLLM (defer[0] == 1: its launch ended before token `count`), drawn by
-        vLLM's own sampler from that token's logits (the kernel's logits scratch holds the last token it computed)
-        at that token's input position, and put in place: returns the burst's token count including it. Queued
-        right behind the launch, with no host synchronisation, whether or not the kernel deferred (its result is
-        then discarded): one sampler call per burst of K tokens."""
-        mk = self._kog_mk
-        k = tokens.numel()
-        # The kernel's logits of a penalised launch are already penalised (with its own earlier tokens counted,
-        # which vLLM's counts do not hold yet): vLLM's sampler must not apply the penalties again. Its host-side
-        # flag gates the penalties kernel's launch, so clearing it for this call is exact.
-        use_penalty = self.sampler.penalties_state.use_penalty
-        i = int(input_batch.idx_mapping_np[0])
-        flag, use_penalty[i] = use_penalty[i], False
-        try:
-            drawn, _ = self.sampler.sample(
-                mk.logits_scratch.view(1, -1), input_batch.expanded_idx_mapping[:1], input_batch.idx_mapping_np[:1],
-                positions[:1] + count, input_batch.input_ids[:1], input_batch.expanded_local_pos[:1],
-            )  # fmt: skip
-        finally:
-            use_penalty[i] = flag
-        at = count.clamp(max=k - 1).long()
-        tokens.scatter_(0, at, torch.where(defer.bool(), drawn.view(1).to(tokens.dtype), tokens.gather(0, at)))
-        return count + defer
-
-    def _kog_plan_run_ahead(
-        self, key: BurstKey, tokens: torch.Tensor, count: torch.Tensor, input_batch: Any, block_table: torch.Tensor,
-        request: _KogRequest, stop: torch.Tensor, seed: torch.Tensor | None, sampling: BurstSampling | None,
-        penalty_rows: tuple[torch.Tensor, torch.Tensor] | None,
-    ) -> None:  # fmt: skip
-        """Plans the burst after `key` (kog_backend.path.run_ahead), queued by sample_tokens. Only into KV slots this
-        request holds: KogScheduler reserves 2K - 1 look-ahead slots while it runs alone, and a step scheduled
-        otherwise has fewer blocks, so nothing is planned."""
-        k = key.num_tokens
-        nxt = next_burst_key(
-            key, burst_length(self._kog_tokens_per_step, key.position + k, request.prompt_len, request.max_tokens,
-                              self._kog_max_len),
-        )  # fmt: skip
-        if nxt is None:
-            return
-        block_size = self._kog_kv_caches[0].shape[2]
-        need = blocks_needed(nxt, block_size)
-        held = int(self.block_tables.num_blocks.np[0, input_batch.idx_mapping_np[0]])
-        if need > held or need > block_table.numel():
-            return
-        # A copy: the next step rewrites vLLM's gathered rows (after this launch, in stream order, but a copy
-        # keeps the launch's inputs its own).
-        row = block_table[:need].clone()
-        first = nxt.position // block_size
-        slot = row[first : first + 1].long() * block_size + nxt.position % block_size
-        self._kog_run_ahead.plan(PlannedLaunch(
-            key=nxt, input_ids=tokens[k - 1 : k], positions=input_batch.positions[:1] + k, block_table=row,
-            slot_mapping=slot, gate=count, gate_min=k, stop_ids=stop, sample_seed=seed, sampling=sampling,
-            penalty_rows=penalty_rows,
-        ))  # fmt: skip
+    # ---- sampling --------------------------------------------------------------------------------------------
 
     def sample_tokens(self, grammar_output: Any) -> Any:
         out = super().sample_tokens(grammar_output)
         # After vLLM queued the copy of this step's tokens (AsyncOutput waits for the stream as it is now), so the
         # copy does not wait for the run-ahead burst.
-        if self._kog_run_ahead is not None and self._kog_run_ahead.planned is not None:
-            try:
-                with self._kog_launch_timed():
-                    self._kog_run_ahead.launch_planned(self._kog_mk)
-            except RuntimeError as e:  # a launcher check: this step's output stands; no more running ahead
-                logger.warning("kog: run-ahead launch failed, bursts launch on time from now on: %s", e)
-                self._kog_run_ahead = None
+        if self._kog_monokernel is not None:
+            self._kog_monokernel.launch_planned()
         if self._kog_timeline is not None:
             self._kog_timeline.sampled()
         return out
 
-    def _kog_abandon_run_ahead(self) -> None:
-        """Nothing launched ahead will be used (kog_backend.path.run_ahead: cancelled on the GPU)."""
-        if self._kog_run_ahead is not None:
-            self._kog_run_ahead.abandon()
-
-    def _kog_launch_timed(self):
-        return self._kog_timeline.launch() if self._kog_timeline is not None else contextlib.nullcontext()
-
     def sample(self, hidden_states: torch.Tensor, input_batch: Any, grammar_output: Any) -> Any:
-        if self._kog_logits_pending:
-            self._kog_logits_pending = False
-            out = self.sampler(self._kog_mk_logits, input_batch)
-            # The launch's count (1, or 0 when it aborted: the token drawn from its logits is dropped and the
-            # scheduler retakes the position), in place of the sampler's 1.
-            count = self._kog_k1_count
-            out.num_sampled, out.num_rejected = count, 1 - count
-            return out, out.num_sampled, out.num_rejected
-        burst, self._kog_burst = self._kog_burst, None
-        if burst is None:
+        output, self._kog_output = self._kog_output, None
+        if output is None:
             return super().sample(hidden_states, input_batch, grammar_output)
-        tokens, num_sampled, num_rejected = burst
-        out = SamplerOutput(
-            sampled_token_ids=tokens, logprobs_tensors=None, num_nans=None,
-            num_sampled=num_sampled, num_rejected=num_rejected,
-        )
-        return out, num_sampled, num_rejected
-
-    def _kog_torch_step(
-        self, input_batch: Any, block_table: torch.Tensor, slot: torch.Tensor, token: torch.Tensor, offset: int
-    ) -> torch.Tensor:
-        """Final hidden state [1, H] of `token` (int [1], device) at the step's position + offset. All indices stay
-        on the device; the host only knows an upper bound of the context length (seq_lens_cpu_upper_bound)."""
-        residual = self.model.model.embed_tokens(token)[0]
-        max_seq_len = int(input_batch.seq_lens_cpu_upper_bound[0]) + offset
-        hidden = torch_step.decode_hidden(
-            self._kog_weights,
-            self._kog_kv_caches,
-            residual,
-            input_batch.positions[0] + offset,
-            slot,
-            block_table,
-            max_seq_len,
-            self._kog_all_reduce,
-        )
-        return hidden.view(1, -1)
+        return output.sample(self.sampler, input_batch)
 
     def shutdown(self) -> None:
         self._kog_abandon_run_ahead()

@@ -36,7 +36,7 @@ class KogScheduler(Scheduler):
         super().__init__(*args, **kwargs)
         cfg = KogConfig.from_vllm_config(self.vllm_config)
         # K - 1 slots after the scheduled token for this step's burst, K more for the run-ahead burst behind it
-        # (only where the runner can run ahead: the monokernel on one GPU, runner._kog_select_impl).
+        # (only where the runner can run ahead: the monokernel on one GPU, step_select.select_step).
         one_gpu = self.vllm_config.parallel_config.tensor_parallel_size == 1
         ahead = cfg.run_ahead and cfg.step_impl != "torch" and one_gpu
         per_step = cfg.tokens_per_step * (2 if ahead else 1)
@@ -63,7 +63,8 @@ class KogScheduler(Scheduler):
                     request.num_computed_tokens += extra
                 elif not sampled[idx] and request.num_computed_tokens >= request.num_tokens:
                     # A step that was due a token returned none: the kog runner discarded an aborted monokernel
-                    # launch (runner._kog_check_launch_status). The position is retaken by the next step (stock),
-                    # as a rejected speculative token is; a partial prefill chunk (computed < num_tokens) is not this.
+                    # launch (launch_outcome.LaunchOutcome.aborted). The position is retaken by the next step
+                    # (stock), as a rejected speculative token is; a partial prefill chunk (computed < num_tokens)
+                    # is not this.
                     request.num_computed_tokens -= scheduler_output.num_scheduled_tokens.get(req_id, 0)
         return super().update_from_output(scheduler_output, model_runner_output)

@@ -14,7 +14,8 @@ from kog_backend.path.gate.request import REQUEST_FEATURES
 
 # The longest context, in positions (the step's own token included), at which the kog path is checked against its
 # reference: the longest case of integration_tests/test_monokernel_long_context_gpu.py, which imports this constant.
-# A step whose context is longer runs stock, and a burst never computes past it (runner.burst_length's cap).
+# A step whose context is longer runs stock, and a burst never computes past it (burst_max_len's cap on
+# engine/tokens_per_step.burst_length).
 MAX_TESTED_CONTEXT = 131072
 
 # Values are the counted reasons (the request itself may be eligible).
