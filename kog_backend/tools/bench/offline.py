@@ -5,6 +5,7 @@ The parent imports neither torch nor vLLM (it never holds GPU memory); each chil
 turns the raw timings into figures (`finalize_row`), compares kog's greedy tokens with stock's, and writes
 JSON, PNG and the table. Sampling: by default none is set, so each engine runs what vLLM gives a request that
 sets none (the model's generation config; bench/sampling.py); the engines report the settings in force.
+--also-greedy: each engine then times the same rounds greedy, reported as "<model> greedy" (bench/greedy_rounds.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 from typing import Any
 
 import kog_backend
-from kog_backend.tools.bench import metrics, model_bytes, sampling
+from kog_backend.tools.bench import greedy_rounds, metrics, model_bytes, sampling
 from kog_backend.tools.bench.results import IMPLS, BenchReport, ModelResult, RunResult
 
 PROMPT_ID_LIMIT = 10000  # random prompt ids are drawn below this (as `vllm bench latency`) or the vocabulary
@@ -51,6 +52,7 @@ class Settings:
     verbose: bool = False
     commit: str | None = None
     seed: int = 0  # prompt token ids
+    also_greedy: bool = False  # --also-greedy: each engine also times the same rounds greedy (greedy_rounds.py)
 
     def impls(self) -> list[str]:
         return [self.only] if self.only else list(IMPLS)
@@ -206,9 +208,19 @@ def _progress_bar(desc: str):
     return tqdm(total=1, desc=desc, unit="step", leave=True, dynamic_ncols=True)
 
 
-def run_child(spec: dict[str, Any], out_dir: str, tag: str, timeout_s: float, verbose: bool) -> tuple[RunResult, dict[str, Any]]:
+@dataclasses.dataclass
+class ChildResult:
+    """What one engine process reported."""
+
+    row: RunResult  # the request's rounds
+    host: dict[str, Any] = dataclasses.field(default_factory=dict)  # the machine (environment.gpu_host_info)
+    greedy_row: RunResult | None = None  # spec["also_greedy"]: the same engine's greedy rounds
+
+
+def run_child(spec: dict[str, Any], out_dir: str, tag: str, timeout_s: float, verbose: bool) -> ChildResult:
     """Runs one engine in `python -m kog_backend.tools.bench.offline_child`; its spec, result, log and kog counters
-    go to out_dir/logs/."""
+    go to out_dir/logs/. With spec["also_greedy"] the result always has a greedy_row (a failed one when the engine
+    process reported none)."""
     out_dir = os.path.join(out_dir, "logs")
     os.makedirs(out_dir, exist_ok=True)
     spec_path = os.path.join(out_dir, f"{tag}.spec.json")
@@ -258,19 +270,25 @@ def run_child(spec: dict[str, Any], out_dir: str, tag: str, timeout_s: float, ve
             if bar is not None:
                 bar.close()
     host: dict[str, Any] = {}
+    greedy_row = None
     if os.path.exists(res_path):
         with open(res_path) as f:
             data = json.load(f)
         row, host = RunResult.from_dict(data["row"]), data.get("host") or {}
+        if data.get("greedy_row") is not None:
+            greedy_row = RunResult.from_dict(data["greedy_row"])
         if timed_out:
             row.warnings.append(f"the engine process did not exit within {EXIT_GRACE_S:.0f} s of its result and was ended")
     else:
         why = f"timed out after {timeout_s:.0f} s" if timed_out else f"exited with status {proc.returncode} before writing a result"
         row = RunResult(impl=spec["impl"], ok=False, error=f"{tag} {why}")
-    if not row.ok and not verbose:
+    if spec.get("also_greedy") and greedy_row is None:
+        greedy_row = RunResult(impl=spec["impl"], ok=False, error=f"{tag}: no greedy rounds ({row.error or 'none reported'})")
+    failed = [r for r in (row, greedy_row) if r is not None and not r.ok]
+    if failed and not verbose:
         print(f"--- {tag} failed; last lines of {log_path}:", file=sys.stderr)
         print(_tail(log_path, 25), file=sys.stderr)
-    return row, host
+    return ChildResult(row, host, greedy_row)
 
 
 def _on_progress(bar: Any, line: str) -> None:
@@ -316,6 +334,8 @@ def run_offline(s: Settings, log=print) -> BenchReport:
     report.settings = s.public()
     report.host = {"vllm": environment.package_version("vllm"), "torch": environment.package_version("torch")}
     log(f"sampling: {sampling.request_text(report.settings['sampling'])}")
+    if s.also_greedy:
+        log("also greedy: each engine then times the same rounds at temperature 0 (rows \"<model> greedy\")")
     # Every model and its spec first, so that a bad name or length fails before any engine runs.
     plans = []
     for m in (resolve_model(name, log=log) for name in s.models):
@@ -339,22 +359,36 @@ def run_offline(s: Settings, log=print) -> BenchReport:
             "tokens_per_step": s.tokens_per_step,
             "kog_options": s.kog_options,
             "engine_args": s.engine_args,
+            "also_greedy": s.also_greedy,
         }
         plans.append((m, result, spec_common))
     for m, result, spec_common in plans:
+        greedy = greedy_rounds.greedy_model(result) if s.also_greedy else None
         for impl in s.impls():
             tag = f"{_safe(m.label)}-{impl}"
-            row, host = run_child({**spec_common, "impl": impl}, s.out, tag, s.timeout_s, s.verbose)
-            if host:
-                report.host.update(host)
-            result.rows.append(finalize_row(row, s, result.bytes_per_token))
-        stock, kog = result.row("stock"), result.row("kog")
-        result.speedup = metrics.speedup(kog.tok_s if kog and kog.ok else None, stock.tok_s if stock and stock.ok else None)
-        result.sampling = model_sampling(result)
-        if result.sampling and sampling.is_greedy(result.sampling["params"]):
-            result.tokens_match, result.first_mismatch = compare_tokens(stock, kog)
+            got = run_child({**spec_common, "impl": impl}, s.out, tag, s.timeout_s, s.verbose)
+            if got.host:
+                report.host.update(got.host)
+            result.rows.append(finalize_row(got.row, s, result.bytes_per_token))
+            if greedy is not None:
+                g = got.greedy_row or RunResult(impl=impl, ok=False, error=f"{tag}: no greedy rounds reported")
+                greedy.rows.append(finalize_row(g, s, result.bytes_per_token))
+        conclude_model(result, s)
         report.models.append(result)
+        if greedy is not None:
+            conclude_model(greedy, s)
+            result.sampled_kog_of_greedy = greedy_rounds.kog_of_greedy(result, greedy)
+            report.models.append(greedy)
     return report
+
+
+def conclude_model(result: ModelResult, s: Settings) -> None:
+    """Speedup, the sampling in force, and for greedy rows stock's tokens against kog's."""
+    stock, kog = result.row("stock"), result.row("kog")
+    result.speedup = metrics.speedup(kog.tok_s if kog and kog.ok else None, stock.tok_s if stock and stock.ok else None)
+    result.sampling = model_sampling(result)
+    if result.sampling and sampling.is_greedy(result.sampling["params"]):
+        result.tokens_match, result.first_mismatch = compare_tokens(stock, kog)
 
 
 def _safe(label: str) -> str:

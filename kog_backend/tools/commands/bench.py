@@ -9,6 +9,9 @@ Sweep (--prompt-lens 2000,8000,...): the offline A/B at each length, one table, 
 HTTP (--url, once or twice): streams completions from live `vllm serve` servers, one request at a time.
 Sampling: by default what a client that sets no sampling field gets, the model's generation config as vLLM applies
 it; `--greedy` and the sampling flags choose otherwise; the header and the JSON say which settings were in force.
+--also-greedy (offline, sweep too): each engine, after its timed rounds, times the same rounds greedy in the same
+process; rows "<model> greedy" with their own counters, and the sampled kog row as a percentage of the greedy one
+(bench/greedy_rounds.py).
 
 Exit status: 0 every row measured (and every kog row ran the kog path); 1 a row failed, or a kog row's
 counters show no kog step; 2 bad arguments.
@@ -98,6 +101,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--frequency-penalty", type=float, default=None, help="0 = off (vLLM's default)")
     g.add_argument("--seed", type=int, default=None, help="per-request sampling seed (default: none, as a client "
                    "that sets none)")
+    g.add_argument("--also-greedy", action="store_true",
+                   help="offline: each engine, after its timed rounds, times the same warm-up and reps greedy "
+                        "(temperature 0, same prompt and new tokens) in the same process, so one run gives the "
+                        "request's sampling and greedy without another engine start: rows '<model> greedy' with "
+                        "their own kog counters, and the sampled kog tok/s as a percentage of the greedy kog tok/s "
+                        "(not with --greedy or --temperature 0: the request is greedy already)")
     g = p.add_argument_group("measurement")
     g.add_argument("--reps", type=_positive, default=3, help="timed rounds (offline) ")
     g.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
@@ -143,6 +152,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"kog bench: {e}", file=sys.stderr)
         return 2
     urls = list(args.urls or []) + ([args.url2] if args.url2 else [])
+    refusal = _offline_flag_refusal(args, urls)
+    if refusal:
+        print(f"kog bench: {refusal}", file=sys.stderr)
+        return 2
     if getattr(args, "prompt_lens", None):
         if urls:
             print("kog bench: --prompt-lens runs the offline engines; it does not take --url", file=sys.stderr)
@@ -156,6 +169,18 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(report, int):
         return report
     return _write_outputs(report, args)
+
+
+def _offline_flag_refusal(args: argparse.Namespace, urls: list[str]) -> str | None:
+    """Why --also-greedy cannot run with the other arguments; None when it can."""
+    from kog_backend.tools.bench import sampling
+
+    also_greedy = getattr(args, "also_greedy", False)
+    if urls and also_greedy:
+        return "--also-greedy runs the offline engines; it does not take --url (a live server chose its own rounds)"
+    if also_greedy and sampling.is_greedy(args.sampling_overrides):
+        return "--also-greedy adds greedy rounds to a sampled request; this request is greedy already (--greedy or --temperature 0)"
+    return None
 
 
 def _run_offline(args: argparse.Namespace, prompt_lens: list[int] | None = None):
@@ -193,6 +218,7 @@ def _run_offline(args: argparse.Namespace, prompt_lens: list[int] | None = None)
         timeout_s=args.timeout,
         verbose=args.verbose,
         commit=args.commit,
+        also_greedy=getattr(args, "also_greedy", False),
     )
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
     try:
