@@ -1,7 +1,7 @@
 """The text table `kog bench` prints (gpt-fast style: tok/s next to the bandwidth it implies).
 
 --also-greedy runs add a "<model> greedy" block per model and, under the table, the sampled kog row as a
-percentage of the greedy kog row (bench/greedy_rounds.py).
+percentage of the greedy kog row (bench/greedy_rounds.py); --dummy-weights runs say so in the header.
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ def header_lines(report: BenchReport) -> list[str]:
         also = greedy_rounds.header_line(report)
         if also:
             lines.append(also)
+        if s.get("weights"):
+            lines.append(f"weights: {s['weights']}")
         for m in greedy_rounds.sampled_models(report):
             if m.max_model_len is not None:
                 lines.append(f"{m.model}: vLLM max_model_len {m.max_model_len} ({m.max_model_len_note or '?'})")
@@ -98,6 +100,9 @@ def format_table(report: BenchReport) -> str:
             )
             notes.extend(f"{m.model} {r.impl}: {w}" for w in r.warnings)
             notes.extend(f"{m.model} {r.impl}: {t}" for t in _timelines(r))
+        if m.tokens_match is None and report.settings.get("dummy_weights") and m.sampling \
+                and sampling.is_greedy(m.sampling.get("params") or {}):
+            notes.append(f"{m.model}: greedy tokens not compared: vLLM dummy weights make them meaningless")
         if m.tokens_match is False:
             notes.append(
                 f"{m.model}: kog's greedy tokens differ from stock's from position {m.first_mismatch} (kog rounds "
