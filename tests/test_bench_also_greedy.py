@@ -149,7 +149,7 @@ def test_child_without_also_greedy_writes_no_greedy_row(tmp_path, fake_engine, c
 # ---- the command, with the engine processes faked ------------------------------------------------------------
 
 PER_TOKEN_S = {  # (impl, greedy) -> seconds per decoded token of the fake engines
-    ("stock", False): 0.0021, ("kog", False): 0.00076, ("stock", True): 0.0020, ("kog", True): 0.0008,
+    ("stock", False): 0.0021, ("kog", False): 0.00084, ("stock", True): 0.0020, ("kog", True): 0.0008,
 }
 
 
@@ -198,10 +198,10 @@ def test_command_also_greedy_rows_ratio_and_json(tmp_path, monkeypatch, capsys):
     assert [m.model for m in rep.models] == ["ckpt", "ckpt greedy"]
     sampled, greedy = rep.models
     assert (sampled.greedy_of, greedy.greedy_of) == (None, "ckpt")
-    assert sampled.row("kog").ms_per_token == pytest.approx(0.76) and greedy.row("kog").ms_per_token == pytest.approx(0.8)
+    assert sampled.row("kog").ms_per_token == pytest.approx(0.84) and greedy.row("kog").ms_per_token == pytest.approx(0.8)
     assert greedy.row("stock").ms_per_token == pytest.approx(2.0)
-    assert greedy.speedup == pytest.approx(2.5) and sampled.speedup == pytest.approx(2.1 / 0.76)
-    assert sampled.sampled_kog_of_greedy == pytest.approx(0.8 / 0.76)
+    assert greedy.speedup == pytest.approx(2.5) and sampled.speedup == pytest.approx(2.1 / 0.84)
+    assert sampled.sampled_kog_of_greedy == pytest.approx(0.8 / 0.84)
     assert greedy.row("kog").bw_share == pytest.approx(greedy.row("kog").gbps / 4290.0)
     # greedy: stock's tokens against kog's; sampled: not compared
     assert greedy.tokens_match is True and sampled.tokens_match is None
@@ -210,9 +210,10 @@ def test_command_also_greedy_rows_ratio_and_json(tmp_path, monkeypatch, capsys):
     lines = out.splitlines()
     greedy_kog = next(l for l in lines if l.startswith("ckpt greedy") and " kog " in l)
     assert "1250.0" in greedy_kog and "2.50x" in greedy_kog and greedy_kog.split()[-2] == "64"  # kog steps: 4 rounds x 64 / 4
-    assert f"sampled kog / greedy kog, ckpt: {100 * 0.8 / 0.76:.1f}% (1315.8 / 1250.0 tok/s, same engine process)" in out
+    assert f"sampled kog / greedy kog, ckpt: {100 * 0.8 / 0.84:.1f}% (1190.5 / 1250.0 tok/s, same engine process)" in out
     assert "sampling: model generation config: temperature 0.6, top_p 0.9; unseeded" in out
-    assert 'also greedy (--also-greedy): after its timed rounds each engine timed the same rounds with greedy' in out
+    assert ('also greedy (--also-greedy): each engine then timed the same rounds again in the same process, '
+            'sampling: greedy; rows "<model> greedy"') in out
     assert "ckpt greedy: vLLM max_model_len" not in out  # one line per model, the greedy rows share it
 
 
@@ -250,6 +251,16 @@ def test_command_also_greedy_with_a_failed_engine(tmp_path, monkeypatch, capsys)
     assert rep.models[0].sampled_kog_of_greedy is None and not rep.models[1].row("kog").ok
 
 
+def test_command_also_greedy_only_stock(tmp_path, monkeypatch, capsys):
+    run_child, calls = _fake_child_also_greedy()
+    monkeypatch.setattr(offline, "run_child", run_child)
+    args = _args(tmp_path, "--model", _ckpt(tmp_path), "--new-tokens", "64", "--no-chart", "--also-greedy", "--only", "stock")
+    assert bench_cmd.run(args) == 0
+    out = capsys.readouterr().out
+    assert [c["impl"] for c in calls] == ["stock"] and "ckpt greedy  stock" in out
+    assert "sampled kog / greedy kog" not in out
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--greedy"], "greedy already"),
     (["--temperature", "0"], "greedy already"),
@@ -274,7 +285,7 @@ def test_sweep_with_also_greedy(tmp_path, monkeypatch, capsys):
     sweep = SweepReport.load(str(tmp_path / "out" / "sweep.json"))
     assert sorted(sweep.by_model()) == ["ckpt", "ckpt greedy"]
     out = capsys.readouterr().out
-    assert f"sampled kog / greedy kog, ckpt prompt 32: {100 * 0.8 / 0.76:.1f}%" in out
+    assert f"sampled kog / greedy kog, ckpt prompt 32: {100 * 0.8 / 0.84:.1f}%" in out
     assert next(l for l in out.splitlines() if l.startswith("ckpt greedy") and " 64 " in l)
 
 

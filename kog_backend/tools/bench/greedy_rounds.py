@@ -98,8 +98,8 @@ def header_line(report: BenchReport) -> str | None:
         return None
     params = next((m.sampling["params"] for m in greedy if m.sampling and m.sampling.get("params")), None)
     how = sampling.describe(params) if params is not None else "temperature 0"
-    return (f"also greedy (--also-greedy): after its timed rounds each engine timed the same rounds with {how}, "
-            f"in the same process: rows \"<model>{LABEL_SUFFIX}\", counters of their own rounds")
+    return (f"also greedy (--also-greedy): each engine then timed the same rounds again in the same process, "
+            f"sampling: {how}; rows \"<model>{LABEL_SUFFIX}\", with the kog counters of those rounds only")
 
 
 def ratio_lines(report: BenchReport) -> list[str]:
@@ -107,7 +107,7 @@ def ratio_lines(report: BenchReport) -> list[str]:
     out = []
     for m in sampled_models(report):
         g = greedy_of(report, m)
-        if g is None:
+        if g is None or (m.row("kog") is None and g.row("kog") is None):  # none, or --only stock
             continue
         if m.sampled_kog_of_greedy is None:
             out.append(f"sampled kog / greedy kog, {m.model}: - (a kog row is missing or failed)")
