@@ -127,6 +127,10 @@ def render(paths: list[str], out_path: str) -> str:
             if m.tokens_match is not None:
                 lines.append("")
                 lines.append("Greedy tokens: " + ("identical to stock." if m.tokens_match else f"differ from stock from position {m.first_mismatch}."))
+            if m.sampled_kog_of_greedy is not None:  # kog bench --also-greedy
+                lines.append("")
+                lines.append(f"Sampled kog: {100 * m.sampled_kog_of_greedy:.1f}% of greedy kog (**{m.model} greedy**, "
+                             "same engine process).")
             notes = [f"{r.impl}: {w}" for r in m.rows for w in r.warnings]
             if notes:
                 lines.append("")

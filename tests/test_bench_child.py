@@ -173,8 +173,9 @@ def test_child_process_without_gpu(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     spec = json.loads(open(_spec(tmp_path, "stock")).read())
-    row, host = offline.run_child(spec, str(tmp_path), "m-stock", timeout_s=120, verbose=False)
-    assert not row.ok and "no CUDA GPU" in row.error
+    got = offline.run_child(spec, str(tmp_path), "m-stock", timeout_s=120, verbose=False)
+    row, host = got.row, got.host
+    assert got.greedy_row is None and not row.ok and "no CUDA GPU" in row.error
     assert host.get("gpu_count") == 0
     assert (tmp_path / "logs" / "m-stock.log").exists()
 
@@ -197,7 +198,7 @@ def test_run_child_ends_a_hanging_engine_and_its_group(tmp_path, monkeypatch, mo
     monkeypatch.setattr(offline, "EXIT_GRACE_S", 1.0)
     monkeypatch.setenv("PYTHONPATH", os.path.dirname(os.path.abspath(__file__)))
     t0 = time.monotonic()
-    row, _ = offline.run_child({"impl": "kog", "mode": mode}, str(tmp_path), "m-kog", timeout_s=8.0, verbose=False)
+    row = offline.run_child({"impl": "kog", "mode": mode}, str(tmp_path), "m-kog", timeout_s=8.0, verbose=False).row
     took = time.monotonic() - t0
     pids = json.loads((tmp_path / "logs" / "m-kog.result.json.pids").read_text())
     if mode == "hang_after_result":

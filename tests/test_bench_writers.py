@@ -209,7 +209,7 @@ def _fake_child(kog_steps: int, kog_tokens_differ: bool = False, gen_of=lambda p
         )
         if spec["impl"] == "kog":
             row.counters = [{"kog_steps": kog_steps, "kog_tokens": kog_steps, "fallbacks": {}}]
-        return row, {"gpu": "FakeGPU", "gpu_count": 1, "driver": "1.0"}
+        return offline.ChildResult(row, {"gpu": "FakeGPU", "gpu_count": 1, "driver": "1.0"})
 
     return run_child, calls
 

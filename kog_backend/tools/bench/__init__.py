@@ -11,5 +11,8 @@ Imports nothing heavy: torch and vLLM are imported only in the subprocess that r
   table, chart  the text table and the PNG
   offline       the parent: resolves checkpoints, runs one subprocess per engine, shows progress
   offline_child one engine: copy bandwidth, warm-up, timed generate calls, kog counters
+  greedy_rounds --also-greedy: the same rounds greedy in the same engine, each row's own counters, the sampled
+                kog row as a percentage of the greedy one
+  weights       --dummy-weights: config + tokenizer only and load_format="dummy"; checkpoints too large to write
   http_client   streaming OpenAI client against live servers (`kog bench --url`)
 """

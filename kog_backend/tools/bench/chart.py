@@ -1,11 +1,12 @@
-"""The PNG: per model, stock and kog tokens/s as bars against the bandwidth floor (matplotlib, Agg)."""
+"""The PNG: per model, stock and kog tokens/s as bars against the bandwidth floor (matplotlib, Agg); an
+--also-greedy run's "<model> greedy" rounds are a panel of their own."""
 
 from __future__ import annotations
 
 import json
 import statistics
 
-from kog_backend.tools.bench import sampling
+from kog_backend.tools.bench import greedy_rounds, sampling
 from kog_backend.tools.bench.results import BenchReport
 
 COLORS = {"stock": "#7f7f7f", "kog": "#d62728"}
@@ -61,7 +62,8 @@ def write_chart(report: BenchReport, path: str) -> str:
     k = f", K={s.get('tokens_per_step') or 'default'}" if report.kind == "offline" else ""
     if report.kind == "offline" and s.get("engine_args"):
         k += f", engine args {json.dumps(s['engine_args'], sort_keys=True)}"
-    sampled = sampling.short_text(s, [(m.model, m.sampling) for m in models], http=report.kind == "http")
+    sampled = sampling.short_text(s, [(m.model, m.sampling) for m in greedy_rounds.sampled_models(report)],
+                                  http=report.kind == "http")
     if sampled:
         k += f", {sampled}"
     fig.suptitle(f"{first}\nbatch 1, prompt {s.get('prompt_len')}, {s.get('new_tokens')} new tokens{k}", fontsize=9)

@@ -5,6 +5,8 @@ The parent imports neither torch nor vLLM (it never holds GPU memory); each chil
 turns the raw timings into figures (`finalize_row`), compares kog's greedy tokens with stock's, and writes
 JSON, PNG and the table. Sampling: by default none is set, so each engine runs what vLLM gives a request that
 sets none (the model's generation config; bench/sampling.py); the engines report the settings in force.
+--also-greedy: each engine then times the same rounds greedy, reported as "<model> greedy" (bench/greedy_rounds.py).
+--dummy-weights: config and tokenizer only, both engines with load_format="dummy" (bench/weights.py).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import time
 from typing import Any
 
 import kog_backend
-from kog_backend.tools.bench import metrics, model_bytes, sampling
+from kog_backend.tools.bench import greedy_rounds, metrics, model_bytes, sampling, weights
 from kog_backend.tools.bench.results import IMPLS, BenchReport, ModelResult, RunResult
 
 PROMPT_ID_LIMIT = 10000  # random prompt ids are drawn below this (as `vllm bench latency`) or the vocabulary
@@ -51,6 +53,8 @@ class Settings:
     verbose: bool = False
     commit: str | None = None
     seed: int = 0  # prompt token ids
+    also_greedy: bool = False  # --also-greedy: each engine also times the same rounds greedy (greedy_rounds.py)
+    dummy_weights: bool = False  # --dummy-weights: config + tokenizer only, load_format="dummy" (weights.py)
 
     def impls(self) -> list[str]:
         return [self.only] if self.only else list(IMPLS)
@@ -60,7 +64,14 @@ class Settings:
         for k in ("models", "out", "verbose", "commit", "timeout_s"):
             d.pop(k)
         d["sampling"] = {"greedy": d.pop("greedy"), "overrides": d.pop("sampling_overrides"), "seed": d.pop("sampling_seed")}
+        if self.dummy_weights:
+            d["engine_args"] = self.engine_args_in_force()
+            d["weights"] = weights.DUMMY_TEXT
         return d
+
+    def engine_args_in_force(self) -> dict[str, Any]:
+        """--engine-args, with load_format "dummy" for --dummy-weights (ValueError when they set another)."""
+        return weights.dummy_engine_args(self.engine_args) if self.dummy_weights else dict(self.engine_args)
 
 
 @dataclasses.dataclass
@@ -70,10 +81,11 @@ class ResolvedModel:
     shape: str | None
 
 
-def resolve_model(name: str, create: bool = True, log=print) -> ResolvedModel:
+def resolve_model(name: str, create: bool = True, log=print, dummy: bool = False) -> ResolvedModel:
     """A checkpoint directory (with config.json), or an embedded shape name whose random-weight checkpoint
     is written to its default directory (`checkpoints.default_checkpoint_dir`, $KOG_CHECKPOINT_DIR) when
-    missing."""
+    missing; with dummy, a shape's config and tokenizer only (weights.write_dummy_dir). ValueError for a shape whose
+    checkpoint cannot be written (weights.checkpoint_refusal: too large, or dummy only)."""
     if os.path.isdir(name):
         if not os.path.isfile(os.path.join(name, "config.json")):
             raise ValueError(f"{name} is a directory without config.json, not a checkpoint")
@@ -84,10 +96,15 @@ def resolve_model(name: str, create: bool = True, log=print) -> ResolvedModel:
         raise ValueError(f"{name!r} is neither a checkpoint directory nor an embedded shape ({', '.join(shapes.shape_names())})")
     from kog_backend.tools.fixtures import checkpoints
 
+    if dummy:
+        return ResolvedModel(name, weights.write_dummy_dir(name, log=log), name)
     path = checkpoints.default_checkpoint_dir(name)
     if not checkpoints.is_current(path, name, seed=0):
         if not create:
             raise ValueError(f"no current checkpoint for shape {name} at {path}")
+        refusal = weights.checkpoint_refusal(name, path)
+        if refusal:
+            raise ValueError(refusal)
         if checkpoints.read_marker(path) is None:  # the marker is written last: no marker, no complete checkpoint
             log(f"writing the random-weight {name} checkpoint to {path} (once) ...")
         else:  # e.g. written before its generation config changed: write_checkpoint keeps the weights if it can
@@ -206,9 +223,19 @@ def _progress_bar(desc: str):
     return tqdm(total=1, desc=desc, unit="step", leave=True, dynamic_ncols=True)
 
 
-def run_child(spec: dict[str, Any], out_dir: str, tag: str, timeout_s: float, verbose: bool) -> tuple[RunResult, dict[str, Any]]:
+@dataclasses.dataclass
+class ChildResult:
+    """What one engine process reported."""
+
+    row: RunResult  # the request's rounds
+    host: dict[str, Any] = dataclasses.field(default_factory=dict)  # the machine (environment.gpu_host_info)
+    greedy_row: RunResult | None = None  # spec["also_greedy"]: the same engine's greedy rounds
+
+
+def run_child(spec: dict[str, Any], out_dir: str, tag: str, timeout_s: float, verbose: bool) -> ChildResult:
     """Runs one engine in `python -m kog_backend.tools.bench.offline_child`; its spec, result, log and kog counters
-    go to out_dir/logs/."""
+    go to out_dir/logs/. With spec["also_greedy"] the result always has a greedy_row (a failed one when the engine
+    process reported none)."""
     out_dir = os.path.join(out_dir, "logs")
     os.makedirs(out_dir, exist_ok=True)
     spec_path = os.path.join(out_dir, f"{tag}.spec.json")
@@ -258,19 +285,25 @@ def run_child(spec: dict[str, Any], out_dir: str, tag: str, timeout_s: float, ve
             if bar is not None:
                 bar.close()
     host: dict[str, Any] = {}
+    greedy_row = None
     if os.path.exists(res_path):
         with open(res_path) as f:
             data = json.load(f)
         row, host = RunResult.from_dict(data["row"]), data.get("host") or {}
+        if data.get("greedy_row") is not None:
+            greedy_row = RunResult.from_dict(data["greedy_row"])
         if timed_out:
             row.warnings.append(f"the engine process did not exit within {EXIT_GRACE_S:.0f} s of its result and was ended")
     else:
         why = f"timed out after {timeout_s:.0f} s" if timed_out else f"exited with status {proc.returncode} before writing a result"
         row = RunResult(impl=spec["impl"], ok=False, error=f"{tag} {why}")
-    if not row.ok and not verbose:
+    if spec.get("also_greedy") and greedy_row is None:
+        greedy_row = RunResult(impl=spec["impl"], ok=False, error=f"{tag}: no greedy rounds ({row.error or 'none reported'})")
+    failed = [r for r in (row, greedy_row) if r is not None and not r.ok]
+    if failed and not verbose:
         print(f"--- {tag} failed; last lines of {log_path}:", file=sys.stderr)
         print(_tail(log_path, 25), file=sys.stderr)
-    return row, host
+    return ChildResult(row, host, greedy_row)
 
 
 def _on_progress(bar: Any, line: str) -> None:
@@ -311,14 +344,20 @@ def run_offline(s: Settings, log=print) -> BenchReport:
     from kog_backend import __version__
     from kog_backend.tools.bench import environment
 
+    engine_args = s.engine_args_in_force()  # ValueError: --dummy-weights with another load_format
     os.makedirs(s.out, exist_ok=True)
     report = BenchReport(kind="offline", date=environment.utc_now(), commit=environment.commit(s.commit), kog_version=__version__)
     report.settings = s.public()
     report.host = {"vllm": environment.package_version("vllm"), "torch": environment.package_version("torch")}
     log(f"sampling: {sampling.request_text(report.settings['sampling'])}")
-    # Every model and its spec first, so that a bad name or length fails before any engine runs.
+    if s.also_greedy:
+        log("also greedy: each engine then times the same rounds at temperature 0 (rows \"<model> greedy\")")
+    # Every model and its spec first, so that a bad name or length fails before any engine runs, and a checkpoint
+    # that cannot be written before any is.
+    if not s.dummy_weights:
+        _refuse_unwritable_checkpoints(s.models)
     plans = []
-    for m in (resolve_model(name, log=log) for name in s.models):
+    for m in (resolve_model(name, log=log, dummy=s.dummy_weights) for name in s.models):
         cfg = model_bytes.load_config(m.path)
         result = ModelResult(model=m.label, path=m.path)
         result.weight_bytes_per_token = model_bytes.weight_bytes_per_token(cfg)
@@ -338,23 +377,52 @@ def run_offline(s: Settings, log=print) -> BenchReport:
             "warmup": s.warmup,
             "tokens_per_step": s.tokens_per_step,
             "kog_options": s.kog_options,
-            "engine_args": s.engine_args,
+            "engine_args": engine_args,
+            "also_greedy": s.also_greedy,
         }
         plans.append((m, result, spec_common))
     for m, result, spec_common in plans:
+        greedy = greedy_rounds.greedy_model(result) if s.also_greedy else None
         for impl in s.impls():
             tag = f"{_safe(m.label)}-{impl}"
-            row, host = run_child({**spec_common, "impl": impl}, s.out, tag, s.timeout_s, s.verbose)
-            if host:
-                report.host.update(host)
-            result.rows.append(finalize_row(row, s, result.bytes_per_token))
-        stock, kog = result.row("stock"), result.row("kog")
-        result.speedup = metrics.speedup(kog.tok_s if kog and kog.ok else None, stock.tok_s if stock and stock.ok else None)
-        result.sampling = model_sampling(result)
-        if result.sampling and sampling.is_greedy(result.sampling["params"]):
-            result.tokens_match, result.first_mismatch = compare_tokens(stock, kog)
+            got = run_child({**spec_common, "impl": impl}, s.out, tag, s.timeout_s, s.verbose)
+            if got.host:
+                report.host.update(got.host)
+            result.rows.append(finalize_row(got.row, s, result.bytes_per_token))
+            if greedy is not None:
+                g = got.greedy_row or RunResult(impl=impl, ok=False, error=f"{tag}: no greedy rounds reported")
+                greedy.rows.append(finalize_row(g, s, result.bytes_per_token))
+        conclude_model(result, s)
         report.models.append(result)
+        if greedy is not None:
+            conclude_model(greedy, s)
+            result.sampled_kog_of_greedy = greedy_rounds.kog_of_greedy(result, greedy)
+            report.models.append(greedy)
     return report
+
+
+def _refuse_unwritable_checkpoints(names: list[str]) -> None:
+    """ValueError naming --dummy-weights for the first shape whose checkpoint is missing and cannot be written."""
+    from kog_backend.tools.fixtures import checkpoints, shapes
+
+    for name in names:
+        if os.path.isdir(name) or name not in shapes.SHAPES:
+            continue  # a directory is used as it is; resolve_model refuses a name that is neither
+        path = checkpoints.default_checkpoint_dir(name)
+        if not checkpoints.is_current(path, name, seed=0):
+            refusal = weights.checkpoint_refusal(name, path)
+            if refusal:
+                raise ValueError(refusal)
+
+
+def conclude_model(result: ModelResult, s: Settings) -> None:
+    """Speedup, the sampling in force, and for greedy rows stock's tokens against kog's (not with dummy weights:
+    their tokens mean nothing)."""
+    stock, kog = result.row("stock"), result.row("kog")
+    result.speedup = metrics.speedup(kog.tok_s if kog and kog.ok else None, stock.tok_s if stock and stock.ok else None)
+    result.sampling = model_sampling(result)
+    if result.sampling and sampling.is_greedy(result.sampling["params"]) and not s.dummy_weights:
+        result.tokens_match, result.first_mismatch = compare_tokens(stock, kog)
 
 
 def _safe(label: str) -> str:

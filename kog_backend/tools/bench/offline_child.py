@@ -1,13 +1,16 @@
 """One side of the A/B in its own process: `python -m kog_backend.tools.bench.offline_child SPEC RESULT [--progress-fd N]`.
 
 SPEC is a JSON file written by `offline.py` (engine, model, prompt token ids, sampling, reps); RESULT receives
-`{"row": RunResult fields (raw timings only), "host": {...}}`. The parent derives every figure from the raw
-timings. Progress goes to the pipe `--progress-fd` as lines `total N` / `step LABEL`.
+`{"row": RunResult fields (raw timings only), "host": {...}}`, and with spec["also_greedy"] a "greedy_row" of the
+same form. The parent derives every figure from the raw timings. Progress goes to the pipe `--progress-fd` as
+lines `total N` / `step LABEL`.
 
-Order: copy bandwidth (before vLLM takes the GPU memory), engine start, `warmup` rounds, `reps` timed rounds.
-A round is one 1-token generate call then one (new_tokens + 1)-token call, each timed with perf_counter around
-`LLM.generate`, the prompt the same random token ids for both engines. Sampling: what vLLM gives a request
-that sets nothing (the model's generation config), with the bench's explicit fields over it (bench/sampling.py).
+Order: copy bandwidth (before vLLM takes the GPU memory), engine start, `warmup` rounds, `reps` timed rounds, the
+kog counters; with spec["also_greedy"] then `warmup` + `reps` greedy rounds and the counters again
+(bench/greedy_rounds.py: the greedy row gets the difference). A round is one 1-token generate call then one
+(new_tokens + 1)-token call, each timed with perf_counter around `LLM.generate`, the prompt the same random token
+ids for both engines. Sampling: what vLLM gives a request that sets nothing (the model's generation config), with
+the bench's explicit fields over it (bench/sampling.py); the greedy rounds set temperature 0 over that.
 """
 
 from __future__ import annotations
@@ -89,10 +92,12 @@ def sampling_record(sp: Any, llm: Any) -> dict[str, Any]:
     }
 
 
-def measure(spec: dict[str, Any], progress: Progress, host: dict[str, Any]) -> dict[str, Any]:
-    """Fills `host` first, so a failure later still reports the machine."""
+def measure(spec: dict[str, Any], progress: Progress, host: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(the row of the request's rounds, the row of the greedy rounds or None without spec["also_greedy"]).
+    Fills `host` first, so a failure later still reports the machine."""
     row: dict[str, Any] = {"impl": spec["impl"], "ok": False, "warnings": []}
-    progress.send(f"total {2 + spec['warmup'] + spec['reps']}")
+    rounds = spec["warmup"] + spec["reps"]
+    progress.send(f"total {2 + rounds * (2 if spec.get('also_greedy') else 1)}")
 
     from kog_backend.tools.bench.environment import gpu_host_info
 
@@ -107,7 +112,7 @@ def measure(spec: dict[str, Any], progress: Progress, host: dict[str, Any]) -> d
         row["copy_times_s"] = copy_times
     progress.send("step copy bandwidth")
 
-    from vllm import LLM, SamplingParams
+    from vllm import LLM
     from vllm.inputs import TokensPrompt
 
     t0 = time.perf_counter()
@@ -116,8 +121,23 @@ def measure(spec: dict[str, Any], progress: Progress, host: dict[str, Any]) -> d
     progress.send("step engine up")
 
     prompt = TokensPrompt(prompt_token_ids=list(spec["prompt_token_ids"]))
-    n = spec["new_tokens"]
     defaults = default_sampling(llm)
+    time_rounds(llm, prompt, spec, defaults, row, progress, label="")
+    if spec["impl"] == "kog":
+        row["counters"] = kog_counters(llm, row["warnings"])
+    row["ok"] = True
+    if not spec.get("also_greedy"):
+        return row, None
+    return row, measure_greedy(llm, prompt, spec, defaults, row, progress)
+
+
+def time_rounds(llm: Any, prompt: Any, spec: dict[str, Any], defaults: dict[str, Any], row: dict[str, Any],
+                progress: Progress, label: str) -> None:
+    """`warmup` untimed then `reps` timed rounds with spec's sampling; their times (s), the last (N+1)-token call's
+    tokens and the sampling in force go into `row`. label prefixes the progress steps ("greedy ")."""
+    from vllm import SamplingParams
+
+    n = spec["new_tokens"]
     sp_one = SamplingParams(**sampling_kwargs(spec, 1, defaults))
     sp_full = SamplingParams(**sampling_kwargs(spec, n + 1, defaults))
     row["sampling"] = sampling_record(sp_full, llm)
@@ -135,9 +155,9 @@ def measure(spec: dict[str, Any], progress: Progress, host: dict[str, Any]) -> d
         if i >= spec["warmup"]:
             times_one.append(t1)
             times_full.append(tn)
-            progress.send(f"step rep {i - spec['warmup'] + 1}")
+            progress.send(f"step {label}rep {i - spec['warmup'] + 1}")
         else:
-            progress.send(f"step warm-up {i + 1}")
+            progress.send(f"step {label}warm-up {i + 1}")
     row["times_one_s"] = times_one
     row["times_full_s"] = times_full
     ids = list(last[0].outputs[0].token_ids)
@@ -146,12 +166,41 @@ def measure(spec: dict[str, Any], progress: Progress, host: dict[str, Any]) -> d
     if len(ids) != n + 1:
         row["warnings"].append(f"the timed call returned {len(ids)} tokens, not {n + 1}")
 
-    if spec["impl"] == "kog":
-        try:
-            stats = llm.collective_rpc("kog_stats")
-            row["counters"] = [dict(s) for s in stats]
-        except Exception as e:  # an older or broken worker: the row still has its timings
-            row["warnings"].append(f"kog_stats RPC failed: {type(e).__name__}: {e}")
+
+def kog_counters(llm: Any, warnings: list[str]) -> list[dict[str, Any]] | None:
+    """The kog workers' cumulative counters (one dict per TP rank); None, with a warning, when the RPC fails."""
+    try:
+        return [dict(s) for s in llm.collective_rpc("kog_stats")]
+    except Exception as e:  # an older or broken worker: the row still has its timings
+        warnings.append(f"kog_stats RPC failed: {type(e).__name__}: {e}")
+        return None
+
+
+def measure_greedy(llm: Any, prompt: Any, spec: dict[str, Any], defaults: dict[str, Any], sampled: dict[str, Any],
+                   progress: Progress) -> dict[str, Any]:
+    """--also-greedy: the same rounds at temperature 0 in this engine; the copy bandwidth and engine start are the
+    sampled row's (same process); kog counters: those of these rounds only. A failure here fails this row only."""
+    from kog_backend.tools.bench.greedy_rounds import greedy_overrides, split_counters
+
+    row: dict[str, Any] = {"impl": spec["impl"], "ok": False, "warnings": []}
+    for k in ("copy_gbps", "copy_times_s", "load_s"):
+        if k in sampled:
+            row[k] = sampled[k]
+    greedy_spec = {**spec, "sampling_overrides": greedy_overrides(spec.get("sampling_overrides"))}
+    try:
+        time_rounds(llm, prompt, greedy_spec, defaults, row, progress, label="greedy ")
+        if spec["impl"] == "kog":
+            after = kog_counters(llm, row["warnings"])
+            before = sampled.get("counters")
+            if after is not None and before is not None:
+                row["counters"] = split_counters(before, after)
+            elif after is not None:
+                row["warnings"].append("no kog counters before the greedy rounds: these count since the engine started")
+                row["counters"] = after
+    except Exception as e:  # noqa: BLE001 - the sampled row stands; this one reports why it has no figures
+        traceback.print_exc()
+        row["error"] = f"greedy rounds: {type(e).__name__}: {e}".strip()[:2000]
+        return row
     row["ok"] = True
     return row
 
@@ -166,15 +215,19 @@ def main(argv: list[str] | None = None) -> int:
         spec = json.load(f)
     progress = Progress(args.progress_fd)
     host: dict[str, Any] = {}
+    greedy_row = None
     try:
-        row = measure(spec, progress, host)
+        row, greedy_row = measure(spec, progress, host)
         code = 0
     except BaseException as e:  # noqa: BLE001 - report every failure to the parent, then exit non-zero
         traceback.print_exc()
         row = {"impl": spec["impl"], "ok": False, "error": f"{type(e).__name__}: {e}".strip()[:2000], "warnings": []}
         code = 1
+    result: dict[str, Any] = {"row": row, "host": host}
+    if greedy_row is not None:
+        result["greedy_row"] = greedy_row
     with open(args.result, "w") as f:
-        json.dump({"row": row, "host": host}, f)
+        json.dump(result, f)
     progress.send("done")
     sys.stdout.flush()
     sys.stderr.flush()

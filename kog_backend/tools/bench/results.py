@@ -60,6 +60,11 @@ class ModelResult:
     sampling: dict[str, Any] | None = None  # offline: the sampling in force for this model (as RunResult.sampling)
     max_model_len: int | None = None  # offline: vLLM's max_model_len for both engines (positions)
     max_model_len_note: str | None = None  # how it was chosen (offline.max_model_len_note)
+    # --also-greedy (bench/greedy_rounds.py): on the greedy rounds' ModelResult, the label of the model whose
+    # engines timed them after its own rounds (its label is "<model> greedy"); None: the request's own rounds.
+    greedy_of: str | None = None
+    # --also-greedy, on the sampled ModelResult: its kog tok/s / the same engine's greedy kog tok/s (a fraction)
+    sampled_kog_of_greedy: float | None = None
 
     def row(self, impl: str) -> RunResult | None:
         return next((r for r in self.rows if r.impl == impl), None)

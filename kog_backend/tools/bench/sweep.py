@@ -167,12 +167,13 @@ def _pct(v: float | None) -> str:
 
 
 def format_sweep_table(report: SweepReport) -> str:
-    """One row per (model, prompt length): stock and kog side by side."""
+    """One row per (model, prompt length): stock and kog side by side; --also-greedy's "<model> greedy" rows as a
+    model of their own, and the sampled kog row as a percentage of the greedy one under the table."""
     from kog_backend.tools.bench.table import _grid, _kog_steps, header_lines
 
     cols = ["model", "prompt", "max_model_len", "MB/token", "stock tok/s", "kog tok/s", "kog/stock", "stock ms/tok",
             "kog ms/tok", "stock % copy BW", "kog % copy BW", "kog steps"]
-    rows, notes = [], []
+    rows, notes, ratios = [], [], []
     for model, results in report.by_model().items():
         for n, m in results:
             st, kg = m.row("stock"), m.row("kog")
@@ -192,6 +193,8 @@ def format_sweep_table(report: SweepReport) -> str:
                 notes.extend(f"{model} prompt {n} {r.impl}: {w}" for w in r.warnings)
             if m.speedup is not None and m.speedup < 1.0:
                 notes.append(f"{model} prompt {n}: kog is slower than stock ({m.speedup:.2f}x)")
+            if m.sampled_kog_of_greedy is not None:  # --also-greedy (bench/greedy_rounds.py)
+                ratios.append(f"sampled kog / greedy kog, {model} prompt {n}: {100 * m.sampled_kog_of_greedy:.1f}%")
     notes.extend(f"{x.model} prompt {x.prompt_len}: skipped, {x.reason}" for x in report.skipped)
     head = header_lines(report.points[0]) if report.points else ["kog bench sweep: nothing ran"]
     head = [h for h in head if "max_model_len" not in h and not h.startswith("batch 1, prompt")]
@@ -202,4 +205,4 @@ def format_sweep_table(report: SweepReport) -> str:
                 "slack, capped at the model's max_position_embeddings")
     head.append("MB/token: weights + mean KV bytes one decode step reads; % copy BW: that x tok/s over the "
                 "device-to-device copy bandwidth measured in each engine's process")
-    return "\n".join(head + [""] + _grid(cols, rows) + [f"! {n}" for n in notes])
+    return "\n".join(head + [""] + _grid(cols, rows) + ([""] + ratios if ratios else []) + [f"! {n}" for n in notes])

@@ -3,7 +3,7 @@ per (model, engine): stock grey, kog red (chart.COLORS), one marker per model.""
 
 from __future__ import annotations
 
-from kog_backend.tools.bench import sampling
+from kog_backend.tools.bench import greedy_rounds, sampling
 from kog_backend.tools.bench.chart import COLORS
 from kog_backend.tools.bench.results import IMPLS
 from kog_backend.tools.bench.sweep import SweepReport
@@ -62,7 +62,7 @@ def write_sweep_chart(report: SweepReport, path: str) -> str:
     first = report.points[0] if report.points else None
     if first is not None:
         s, h = first.settings, first.host
-        sampled = sampling.short_text(s, [(m.model, m.sampling) for m in first.models], http=False)
+        sampled = sampling.short_text(s, [(m.model, m.sampling) for m in greedy_rounds.sampled_models(first)], http=False)
         title = (f"{h.get('gpu', '?')} x{s.get('tp', 1)}   {first.date[:10]}   commit {first.commit[:10]}\n"
                  f"batch 1, {s.get('new_tokens')} new tokens after each prompt, K={s.get('tokens_per_step') or 'default'}"
                  + (f", {sampled}" if sampled else ""))

@@ -1,10 +1,14 @@
-"""The text table `kog bench` prints (gpt-fast style: tok/s next to the bandwidth it implies)."""
+"""The text table `kog bench` prints (gpt-fast style: tok/s next to the bandwidth it implies).
+
+--also-greedy runs add a "<model> greedy" block per model and, under the table, the sampled kog row as a
+percentage of the greedy kog row (bench/greedy_rounds.py); --dummy-weights runs say so in the header.
+"""
 
 from __future__ import annotations
 
 import json
 
-from kog_backend.tools.bench import sampling
+from kog_backend.tools.bench import greedy_rounds, sampling
 from kog_backend.tools.bench.results import BenchReport, ModelResult, RunResult
 
 
@@ -44,8 +48,13 @@ def header_lines(report: BenchReport) -> list[str]:
             f"TP {s.get('tp')}, K={k if k else 'default'}, {s.get('stat')} of {s.get('reps')} reps "
             f"after {s.get('warmup')} warm-up"
         )
-        lines += sampling.header_lines(s, [(m.model, m.sampling) for m in report.models], http=False)
-        for m in report.models:
+        lines += sampling.header_lines(s, [(m.model, m.sampling) for m in greedy_rounds.sampled_models(report)], http=False)
+        also = greedy_rounds.header_line(report)
+        if also:
+            lines.append(also)
+        if s.get("weights"):
+            lines.append(f"weights: {s['weights']}")
+        for m in greedy_rounds.sampled_models(report):
             if m.max_model_len is not None:
                 lines.append(f"{m.model}: vLLM max_model_len {m.max_model_len} ({m.max_model_len_note or '?'})")
         if s.get("engine_args"):
@@ -91,13 +100,18 @@ def format_table(report: BenchReport) -> str:
             )
             notes.extend(f"{m.model} {r.impl}: {w}" for w in r.warnings)
             notes.extend(f"{m.model} {r.impl}: {t}" for t in _timelines(r))
+        if m.tokens_match is None and report.settings.get("dummy_weights") and m.sampling \
+                and sampling.is_greedy(m.sampling.get("params") or {}):
+            notes.append(f"{m.model}: greedy tokens not compared: vLLM dummy weights make them meaningless")
         if m.tokens_match is False:
             notes.append(
                 f"{m.model}: kog's greedy tokens differ from stock's from position {m.first_mismatch} (kog rounds "
                 "to bf16 in its own order; a near-tie between the top two logits then flips, and random weights "
                 "have many: integration_tests/test_teacher_forcing.py checks the logits themselves)"
             )
-    return "\n".join(header_lines(report) + [""] + _grid(cols, rows) + [f"! {n}" for n in notes])
+    ratios = greedy_rounds.ratio_lines(report)
+    return "\n".join(header_lines(report) + [""] + _grid(cols, rows) + ([""] + ratios if ratios else [])
+                     + [f"! {n}" for n in notes])
 
 
 def _format_http(report: BenchReport) -> str:

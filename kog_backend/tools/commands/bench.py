@@ -9,6 +9,11 @@ Sweep (--prompt-lens 2000,8000,...): the offline A/B at each length, one table, 
 HTTP (--url, once or twice): streams completions from live `vllm serve` servers, one request at a time.
 Sampling: by default what a client that sets no sampling field gets, the model's generation config as vLLM applies
 it; `--greedy` and the sampling flags choose otherwise; the header and the JSON say which settings were in force.
+--also-greedy (offline, sweep too): each engine, after its timed rounds, times the same rounds greedy in the same
+process; rows "<model> greedy" with their own counters, and the sampled kog row as a percentage of the greedy one
+(bench/greedy_rounds.py). --dummy-weights (offline): an embedded shape's config and tokenizer only, both engines
+with vLLM's load_format="dummy" (same bytes per token, meaningless tokens; bench/weights.py). A shape whose
+checkpoint cannot be written (shapes.DUMMY_ONLY, or larger than the free disk) is refused, naming --dummy-weights.
 
 Exit status: 0 every row measured (and every kog row ran the kog path); 1 a row failed, or a kog row's
 counters show no kog step; 2 bad arguments.
@@ -64,6 +69,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tp", type=_positive, default=1, help="tensor-parallel size")
     g.add_argument("--engine-args", type=json_object, default={}, metavar="JSON",
                    help='extra vllm.LLM arguments for both sides, e.g. \'{"compilation_config": {"cudagraph_mode": "FULL_DECODE_ONLY"}}\'')
+    g.add_argument("--dummy-weights", action="store_true",
+                   help="offline: write an embedded shape's config and tokenizer only (no weights) and run both engines "
+                        "with vLLM's load_format=\"dummy\": same bytes per token as the real model (tok/s and GB/s "
+                        "hold), meaningless tokens (not compared). Needed for shapes whose checkpoint does not fit the "
+                        "disk (qwen3-32b, qwen2.5-coder-32b on 64 GB) or is never written (qwen3-30b-a3b); the bench "
+                        "refuses those without it. --engine-args '{\"load_format\": \"dummy\"}' does the same")
     g.add_argument("--kog-options", type=json_object, default={}, metavar="JSON",
                    help='additional_config["kog"] options for the kog side, over the benchmark\'s defaults '
                         f'{json.dumps(DEFAULT_KOG_OPTIONS)} (the speed path; a server\'s default "auto" selects it '
@@ -98,6 +109,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--frequency-penalty", type=float, default=None, help="0 = off (vLLM's default)")
     g.add_argument("--seed", type=int, default=None, help="per-request sampling seed (default: none, as a client "
                    "that sets none)")
+    g.add_argument("--also-greedy", action="store_true",
+                   help="offline: each engine, after its timed rounds, times the same warm-up and reps greedy "
+                        "(temperature 0, same prompt and new tokens) in the same process, so one run gives the "
+                        "request's sampling and greedy without another engine start: rows '<model> greedy' with "
+                        "their own kog counters, and the sampled kog tok/s as a percentage of the greedy kog tok/s "
+                        "(not with --greedy or --temperature 0: the request is greedy already)")
     g = p.add_argument_group("measurement")
     g.add_argument("--reps", type=_positive, default=3, help="timed rounds (offline) ")
     g.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
@@ -143,6 +160,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"kog bench: {e}", file=sys.stderr)
         return 2
     urls = list(args.urls or []) + ([args.url2] if args.url2 else [])
+    refusal = _offline_flag_refusal(args, urls)
+    if refusal:
+        print(f"kog bench: {refusal}", file=sys.stderr)
+        return 2
     if getattr(args, "prompt_lens", None):
         if urls:
             print("kog bench: --prompt-lens runs the offline engines; it does not take --url", file=sys.stderr)
@@ -158,11 +179,26 @@ def run(args: argparse.Namespace) -> int:
     return _write_outputs(report, args)
 
 
+def _offline_flag_refusal(args: argparse.Namespace, urls: list[str]) -> str | None:
+    """Why --also-greedy or --dummy-weights cannot run with the other arguments; None when they can."""
+    from kog_backend.tools.bench import sampling
+
+    also_greedy, dummy = getattr(args, "also_greedy", False), getattr(args, "dummy_weights", False)
+    if urls and (also_greedy or dummy):
+        flag = "--also-greedy" if also_greedy else "--dummy-weights"
+        return f"{flag} runs the offline engines; it does not take --url (a live server chose its own weights and rounds)"
+    if also_greedy and sampling.is_greedy(args.sampling_overrides):
+        return "--also-greedy adds greedy rounds to a sampled request; this request is greedy already (--greedy or --temperature 0)"
+    return None  # --dummy-weights with another --engine-args load_format: run_offline refuses it (ValueError)
+
+
 def _run_offline(args: argparse.Namespace, prompt_lens: list[int] | None = None):
     """One offline A/B (a BenchReport), or with prompt_lens the sweep (a SweepReport); an int: the exit status."""
     from kog_backend.tools.bench.offline import Settings, run_offline
     from kog_backend.config import KogConfig, KogConfigError
     from kog_backend.tools.fixtures.shapes import DEFAULT_SHAPE
+
+    from kog_backend.tools.bench import weights
 
     kog_options = {**DEFAULT_KOG_OPTIONS, **args.kog_options}
     # -K wins over the options' tokens_per_step; without either, kog's default.
@@ -193,6 +229,8 @@ def _run_offline(args: argparse.Namespace, prompt_lens: list[int] | None = None)
         timeout_s=args.timeout,
         verbose=args.verbose,
         commit=args.commit,
+        also_greedy=getattr(args, "also_greedy", False),
+        dummy_weights=weights.wants_dummy(getattr(args, "dummy_weights", False), args.engine_args),
     )
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
     try:
@@ -201,7 +239,8 @@ def _run_offline(args: argparse.Namespace, prompt_lens: list[int] | None = None)
 
             return run_sweep(s, prompt_lens, log=log)
         return run_offline(s, log=log)
-    except ValueError as e:  # a model that is neither a checkpoint nor a shape, a prompt too long for it
+    except ValueError as e:  # a model that is neither a checkpoint nor a shape, a prompt too long for it, a
+        # checkpoint that cannot be written (weights.checkpoint_refusal), --dummy-weights with another load_format
         print(f"kog bench: {e}", file=sys.stderr)
         return 2
     except (RuntimeError, FileExistsError) as e:  # the checkpoint could not be written
