@@ -62,7 +62,6 @@ struct Consumers {
   SmemHeader& hdr;
   bf16* const x_s;        // a stage's input vector (bf16 [K]) at the start of the work area
   float* const work;      // the work area: attention splits, the filtered draw (burst_sampling.cuh)
-  const Tracer& tr;
   const uint32_t epoch0;  // the counters' epoch at the launch's start: token t's epoch is epoch0 + t
   const int G, b, tid;
   const int L, H;
@@ -84,17 +83,17 @@ struct Consumers {
   const bool has_task;  // this block runs an attention split
   // gate/up -> down through tagged words instead of the gate/up counter (tagged.cuh; TP=1 only).
   const LaunchFlag<MonoConfig::kTaggedBuild && !kTP> tagged_gu;
+  const Tracer tr;
   const TpRanks<kTP> tp;
   const int64_t* const delta;  // rank q's copy of the shared buffer at + delta[q] bytes (tp.cuh)
 
   __device__ __forceinline__ Consumers(const ModelArgs& m_, const StepArgs& step_, SmemHeader& hdr_, bf16* x_s_,
-                                       float* work_, const Tracer& tr_, uint8_t* ring_base_, uint32_t epoch0_)
+                                       float* work_, uint8_t* ring_base_, uint32_t epoch0_)
       : m(m_),
         step(step_),
         hdr(hdr_),
         x_s(x_s_),
         work(work_),
-        tr(tr_),
         epoch0(epoch0_),
         G(gridDim.x),
         b(blockIdx.x),
@@ -124,6 +123,7 @@ struct Consumers {
             step.frequency_penalty, step.presence_penalty},
         has_task(has_attn_task(nkv, S)),
         tagged_gu(MonoConfig::kTaggedBuild && !kTP && (m.tagged_handoffs & kTaggedGateUp) != 0),
+        tr(m),
         tp(m),
         delta(hdr.tp_delta) {}
 
