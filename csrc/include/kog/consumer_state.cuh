@@ -9,12 +9,10 @@
 #include "kog/args.cuh"
 #include "kog/attention.cuh"
 #include "kog/config.cuh"
-#include "kog/consume_stage.cuh"
 #include "kog/diagnostics.cuh"
 #include "kog/handoff_hold.cuh"
 #include "kog/penalties.cuh"
 #include "kog/smem_header.cuh"
-#include "kog/sync.cuh"
 #include "kog/tagged.cuh"
 #include "kog/trace.cuh"
 
@@ -83,7 +81,7 @@ struct Consumers {
   const bool has_task;  // this block runs an attention split
   // gate/up -> down through tagged words instead of the gate/up counter (tagged.cuh; TP=1 only).
   const LaunchFlag<MonoConfig::kTaggedBuild && !kTP> tagged_gu;
-  const Tracer tr;
+  const Tracer tr;  // timeline marks (trace.cuh; a KOG_TRACE build only)
   const TpRanks<kTP> tp;
   const int64_t* const delta;  // rank q's copy of the shared buffer at + delta[q] bytes (tp.cuh)
 

@@ -14,17 +14,20 @@
 
 #include "kog/args.cuh"
 #include "kog/attention.cuh"
+#include "kog/burst_sampling.cuh"
 #include "kog/config.cuh"
 #include "kog/consume_stage.cuh"
 #include "kog/consumer_state.cuh"
 #include "kog/layer_stages.cuh"
-#include "kog/sampling.cuh"
+#include "kog/lm_head.cuh"
+#include "kog/philox.cuh"
 #include "kog/schedule.cuh"
 #include "kog/smem_header.cuh"
+#include "kog/sync.cuh"
 #include "kog/tagged.cuh"
 #include "kog/token_select.cuh"
 #include "kog/token_stages.cuh"
-#include "kog/trace.cuh"
+#include "kog/tp.cuh"
 
 namespace kog {
 

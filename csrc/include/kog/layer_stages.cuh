@@ -16,7 +16,6 @@
 #include "kog/handoff_hold.cuh"
 #include "kog/numerics.cuh"
 #include "kog/rmsnorm.cuh"
-#include "kog/schedule.cuh"
 #include "kog/sync.cuh"
 #include "kog/tagged.cuh"
 #include "kog/tp.cuh"
