@@ -2,12 +2,12 @@
 // device function of layer_stages.cuh (a layer's stages), token_select.cuh (LM head to the grid's best key) or
 // token_stages.cuh (around the layers); all inline into this one function.
 //
-// Where the cuts are: NVVM simplifies each function before inlining it, and the kernels' SASS is that of the
-// single-function run_consumers, instruction for instruction (and the loader's too: its code moves with changes
-// here). What stays in this function for that: the schedule position (the ring slot of the block's next chunk, the
-// base of the next stage: schedule.cuh; each stage's chunks are found before the stage and the base advanced after
-// it, whether the block owns any), the layer's pointers (the attention's tagged-word pointers from plain locals),
-// and the finisher's token publish (its cancel / defer flags feed one expression).
+// Where the cuts are: NVVM simplifies each function on its own before inlining it, so a cut can change the code of
+// the whole kernel, the loader's included. These cuts leave every kernel's SASS as the one-function run_consumers
+// had it (compared instruction by instruction); what stays here for that: the schedule position (the ring slot of
+// the block's next chunk, the base of the next stage: schedule.cuh; each stage's chunks are found before the stage
+// and the base advanced after it, whether the block owns any), the layer's pointers (the attention's tagged-word
+// pointers from plain locals), and the finisher's token publish (its cancel / defer flags feed one expression).
 #pragma once
 
 #include <cstdint>
@@ -45,7 +45,7 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
   int ntok = 0;
   for (int t = 0; t < step.num_tokens; ++t) {
     const TokenStep tk = begin_token(c, t);
-    AttnTask task{};
+    AttnTask task{};  // (a local of its own: attention_task takes it by reference)
     if (c.has_task) plan_attention_split(c, tk, task);
 
     for (int l = 0; l < c.L; ++l) {
