@@ -359,7 +359,7 @@ def test_expected_from_kernel_is_exact_on_reference_buffers():
 
 
 def _owned_chunks(b: int, base: int, n: int, grid: int) -> list[int]:
-    """Python mirror of first_chunk/chunks_owned in monokernel.cuh."""
+    """Python mirror of first_chunk/chunks_owned in schedule.cuh."""
     c0 = b - base + (grid if b < base else 0)
     return list(range(c0, n, grid))
 

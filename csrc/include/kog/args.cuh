@@ -128,7 +128,7 @@ struct HotArgs {
   int num_layers, num_heads, num_kv_heads, num_splits, block_size, qk_norm;
 };
 
-// LayerArgs as 8-byte words, for the copy of a layer's table into shared memory (monokernel.cuh).
+// LayerArgs as 8-byte words, for the copy of a layer's table into shared memory (layer_stages.cuh).
 constexpr int kLayerArgsWords = static_cast<int>(sizeof(LayerArgs) / 8);
 static_assert(sizeof(LayerArgs) % 8 == 0 && kLayerArgsWords <= 32, "one warp copies a layer's table");
 

@@ -14,7 +14,7 @@
 //      q = 1 - p, widened by a bound on vLLM's own fp32 rounding (TopPBound): `cand`, below which vLLM keeps no
 //      row, and `sure`, from which up vLLM keeps every row;
 //   3. every block's best score among its rows at levels >= cand, tagged with level >= sure; the grid's best
-//      (the LM counter's last block, monokernel.cuh) is vLLM's token when tagged. Otherwise its fate depends on
+//      (the LM counter's last block, consumers.cuh) is vLLM's token when tagged. Otherwise its fate depends on
 //      vLLM's fp32 rounding, or on which columns of a level vLLM's top-p splits: the launch ends before that token
 //      ("deferred") and the host draws it with vLLM's own sampler from this token's logits (kog_backend/engine/runner.py).
 // Only one block reads the grid's bins and histogram: it zeroes the bins itself, every block zeroes its share of

@@ -31,7 +31,7 @@ struct MonoConfig {
   static constexpr int kMinSlots = 2;
   // Dynamic shared memory a block may use on sm_90 (227 KiB).
   static constexpr int kMaxSmemBytes = 227 * 1024;
-  // Fixed shared-memory header (SmemHeader in monokernel.cuh): mbarriers, reduction scratch, broadcast words and
+  // Fixed shared-memory header (SmemHeader in smem_header.cuh): mbarriers, reduction scratch, broadcast words and
   // the block-table entries of this block's attention split (kBtCacheEntries x block_size positions).
   static constexpr int kHeaderBytes = 5120;  // (<= 7 KiB: Llama-3.1-8B keeps 6 slots)
   static constexpr int kBtCacheEntries = 512;

@@ -50,7 +50,7 @@ __device__ __forceinline__ Chunk chunk_of(const StageGeom& g, const bf16* w, boo
 }
 
 // Output row of the k-th unit a block owns in a stage whose chunks it takes at c0, c0 + G, ... (nu units each):
-// the residual gathers of the O / down epilogues (monokernel.cuh, tp.cuh) index their rows by it.
+// the residual gathers of the O / down epilogues (consume_stage.cuh gather_rows, tp.cuh) index their rows by it.
 __device__ __forceinline__ int owned_row(int c0, int k, int nu) {
   return (c0 + (k / nu) * static_cast<int>(gridDim.x)) * nu + k % nu;
 }

@@ -1,0 +1,204 @@
+// The loader warp (one lane): streams this block's weight chunks into the ring of shared-memory slots, in schedule
+// order and independently of any data dependency (monokernel.cuh).
+#pragma once
+
+#include <cstdint>
+
+#include "kog/args.cuh"
+#include "kog/attention.cuh"
+#include "kog/config.cuh"
+#include "kog/diagnostics.cuh"
+#include "kog/gemv.cuh"
+#include "kog/handoff_hold.cuh"
+#include "kog/schedule.cuh"
+#include "kog/smem_header.cuh"
+#include "kog/sync.cuh"
+#include "kog/tagged.cuh"
+#include "kog/trace.cuh"
+
+namespace kog {
+
+// The weight matrix a stage streams: layer table La's for the layer stages, the LM head's for kStageLM.
+__device__ __forceinline__ const bf16* stage_weight(const HotArgs& h, const LayerArgs& La, int st) {
+  switch (st) {
+    case MonoConfig::kStageQKV: return La.qkv;
+    case MonoConfig::kStageO: return La.o_proj;
+    case MonoConfig::kStageGU: return La.gate_up;
+    case MonoConfig::kStageDown: return La.down;
+    default: return h.lm_head;
+  }
+}
+
+// This block's chunks in schedule order: token t, layer l, stage st (QKV, O, GU, down per layer, then LM), chunk c.
+struct ChunkCursor {
+  int t, l, st, c, base;
+  bool done;
+  const bf16* w;  // weight matrix of stage (l, st): read from global memory once per stage, not per chunk
+
+  __device__ __forceinline__ void start(const HotArgs& h, const StageGeom* geo, int num_tokens) {
+    t = 0;
+    l = 0;
+    st = MonoConfig::kStageQKV;
+    base = 0;
+    done = num_tokens <= 0;
+    c = first_chunk(blockIdx.x, base, gridDim.x);
+    settle(h, geo, num_tokens, true);
+  }
+  // Moves past stages in which this block owns no (more) chunks.
+  __device__ __forceinline__ void settle(const HotArgs& h, const StageGeom* geo, int num_tokens, bool moved) {
+    const int G = gridDim.x;
+    while (!done && c >= geo[st].chunks) {
+      base = (base + geo[st].chunks) % G;
+      if (st == MonoConfig::kStageLM) {
+        ++t;
+        l = 0;
+        st = MonoConfig::kStageQKV;
+        done = t >= num_tokens;
+      } else if (st == MonoConfig::kStageDown) {
+        ++l;
+        st = l == h.num_layers ? MonoConfig::kStageLM : MonoConfig::kStageQKV;
+      } else {
+        ++st;
+      }
+      c = first_chunk(blockIdx.x, base, G);
+      moved = true;
+    }
+    if (moved && !done) w = st == MonoConfig::kStageLM ? h.lm_head : stage_weight(h, h.layers[l], st);
+  }
+  __device__ __forceinline__ void advance(const HotArgs& h, const StageGeom* geo, int num_tokens) {
+    c += gridDim.x;
+    settle(h, geo, num_tokens, false);
+  }
+  __device__ __forceinline__ Chunk chunk(const StageGeom* geo) const {
+    return chunk_of(geo[st], w, st == MonoConfig::kStageGU, c);
+  }
+};
+
+// A chunk's weight rows towards L2 (both halves of a gate/up chunk).
+__device__ __forceinline__ void prefetch_chunk_l2(const Chunk& ch) {
+  bulk_prefetch_l2(ch.src0, ch.bytes0);
+  if (ch.bytes1 != 0) bulk_prefetch_l2(ch.src1, ch.bytes1);
+}
+
+// Streams the block's chunks into the ring; also keeps `prefetch_chunks` further chunks on their way into L2
+// (cp.async.bulk.prefetch.L2), so HBM keeps streaming while the consumers wait on a dependency and the ring is full,
+// or (`stall_prefetch_chunks`, with prefetch_chunks 0) sends its next chunks towards L2 only while it waits for a
+// slot: the cursor `pref` is then `lead` chunks past `fill` (lead 0: the chunk fill is about to copy).
+// With stage_end_copies / attn_end_copies below num_slots it holds around the block's hand-offs (handoff_hold.cuh).
+// No deadlock: a loader held at a hand-off has issued every chunk up to it, so the earliest hand-off not yet made
+// anywhere has all its chunks in its ring and, by induction over the schedule, all its inputs on their way.
+template <bool kTP>
+__device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader& hdr, uint8_t* ring) {
+  const uint64_t policy = l2_evict_first_policy();
+  const int ns = static_cast<int>(m.num_slots);
+  const size_t slot_bytes = static_cast<size_t>(m.slot_bytes);
+  const int hold_stage = static_cast<int>(m.stage_end_copies), hold_attn = static_cast<int>(m.attn_end_copies);
+  const bool has_task = has_attn_task(static_cast<int>(m.num_kv_heads), static_cast<int>(m.num_splits));
+  const bool holding = hold_stage < ns || (has_task && hold_attn < ns);
+  // A QKV hand-off through tagged words has no release (tagged.cuh): nothing to hold for.
+  constexpr bool qkv_unfenced = tagged_attention_chain<kTP>();
+  const int L = static_cast<int>(m.num_layers);
+  HandoffHold hh;
+  int issued = 0;
+  const int ahead = static_cast<int>(m.prefetch_chunks);
+  const int stall_ahead = ahead > 0 ? 0 : static_cast<int>(m.stall_prefetch_chunks);
+  const int cap = static_cast<int>(m.max_inflight);  // 0 or >= ns: no cap
+  int lead = 0;
+  const int ntok = step.num_tokens;
+  int slot = 0, cur_t = 0, mark_t = -1, mark_l = -1;
+  uint32_t phase = 0;
+  const Tracer tr(m);
+  const StageGeom* geo = hdr.geo;
+  const HotArgs& hot = hdr.hot;
+  uint32_t* const ctrs = m.counters;
+  ChunkCursor fill, pref;
+  fill.start(hot, geo, ntok);
+  pref.start(hot, geo, ntok);
+  for (int i = 0; i < ahead && !pref.done; ++i) {
+    prefetch_chunk_l2(pref.chunk(geo));
+    pref.advance(hot, geo, ntok);
+  }
+  while (!fill.done) {
+    if (fill.t > cur_t) {
+      // The next token's weights are the same bytes; wait until the consumers know whether it exists.
+      const long long t0 = clock64();
+      // (tok_stop also ends the wait: a block that owns no chunk of token t + 1 waits here for t + 2.)
+      while (hdr.tok_go < fill.t && hdr.tok_stop == 0) {
+        __nanosleep(64);
+        if (clock64() - t0 > kWaitTimeoutCycles || aborted(m.counters)) {
+          record_abort(m.counters, kSiteTokenGo, static_cast<uint32_t>(fill.t), 0u, 0u);
+          return;
+        }
+      }
+      if (hdr.tok_stop) return;
+      cur_t = fill.t;
+    }
+    const Chunk ch = fill.chunk(geo);
+    const int K = geo[fill.st].k, nu = geo[fill.st].nu;
+    if (tr.p != nullptr && (fill.t != mark_t || fill.l != mark_l)) {
+      tr.mark(fill.t, fill.st == MonoConfig::kStageLM ? static_cast<int>(m.num_layers) : fill.l, kEvLoaderLayer);
+      mark_t = fill.t;
+      mark_l = fill.l;
+    }
+    if (holding && !hh.before_issue(hdr.released, issued, ctrs)) return;
+    if (stall_ahead > 0) {  // the slot still being read: the ring is full, HBM idles for this SM
+      while (lead < stall_ahead && !pref.done && !mbar_test_wait(&hdr.empty[slot], phase ^ 1u)) {
+        prefetch_chunk_l2(pref.chunk(geo));
+        pref.advance(hot, geo, ntok);
+        ++lead;
+      }
+    }
+    mbar_wait(&hdr.empty[slot], phase ^ 1u, ctrs, kSiteEmpty);
+    if (cap > 0 && cap < ns && issued >= cap) {
+      // At most `cap` copies in flight: the one issued `cap` copies ago (slot - cap, in this lap of the ring or
+      // the previous one) must have landed. Its full phase cannot have moved on since: the slot is refilled
+      // only after this loader has issued ns - cap more copies.
+      int ps = slot - cap;
+      uint32_t pp = phase;
+      if (ps < 0) {
+        ps += ns;
+        pp ^= 1u;
+      }
+      mbar_wait(&hdr.full[ps], pp, ctrs, kSiteFull);
+    }
+    if constexpr (diag::kNoCopy) {  // (diagnostics.cuh) the slot marked full, nothing copied
+      mbar_arrive(&hdr.full[slot]);
+    } else {
+      mbar_arrive_expect_tx(&hdr.full[slot], ch.bytes0 + ch.bytes1);
+      uint8_t* dst = ring + static_cast<size_t>(slot) * slot_bytes;
+      bulk_copy_g2s(dst, ch.src0, ch.bytes0, &hdr.full[slot], policy);
+      if (ch.bytes1 != 0) bulk_copy_g2s(dst + pair_offset_bytes(K, nu), ch.src1, ch.bytes1, &hdr.full[slot], policy);
+    }
+    if (++slot == ns) {
+      slot = 0;
+      phase ^= 1u;
+    }
+    ++issued;
+    if (holding && fill.c + static_cast<int>(gridDim.x) >= geo[fill.st].chunks) {  // the block's last chunk of it
+      // Up to max(h, ns - mine) chunks past it, mine = the block's chunks of the stage (fill.c = c0 + (mine - 1) G,
+      // c0 < G): a stage of few chunks per block (O of the 1-2B shapes: 2) lets the ring fill behind the
+      // attention's wait, and a full ring has nothing in flight when the release comes (docs/monokernel.md item 9).
+      const int mine = fill.c / static_cast<int>(gridDim.x) + 1;
+      if (hold_stage < ns && !(qkv_unfenced && fill.st == MonoConfig::kStageQKV)) {
+        hh.arm(hand_off_seq(fill.t, fill.l, fill.st, L), issued + max(hold_stage, ns - mine));
+      }
+      if (fill.st == MonoConfig::kStageQKV && has_task && hold_attn < ns) {
+        hh.arm(hand_off_seq(fill.t, fill.l, kHandoffAttn, L), issued + hold_attn);
+      }
+    }
+    fill.advance(hot, geo, ntok);
+    if (stall_ahead > 0) {  // keep pref = fill + lead: the chunk just copied was prefetched, or pref moves with it
+      if (lead > 0) {
+        --lead;
+      } else {
+        pref.advance(hot, geo, ntok);
+      }
+    }
+    if (ahead > 0 && !pref.done) {  // (ahead 0: no prefetch at all, not one of the chunk just copied)
+      prefetch_chunk_l2(pref.chunk(geo));
+      pref.advance(hot, geo, ntok);
+    }
+  }
+}
+
+}  // namespace kog
