@@ -88,3 +88,62 @@ def test_a_worker_named_by_a_child_of_the_server_counts(tmp_path, monkeypatch):
     _fake_run(str(tmp_path / "stats-11-rank0.json"), str(os.getpid()), monkeypatch)
     assert _scrape(str(tmp_path), str(os.getppid()))["kog:steps_total"] == [({}, 6.0)]
     assert _scrape(str(tmp_path), "1")["kog:steps_total"] == [({}, 6.0)]  # init is everyone's ancestor
+
+
+def test_multiprocess_registry_serves_kog_families(tmp_path, monkeypatch):
+    """--api-server-count > 1: vLLM's get_prometheus_registry returns a fresh registry with a MultiProcessCollector
+    per API server; wrapped, that registry also serves kog's families (from the same worker files)."""
+    from prometheus_client import REGISTRY
+
+    from kog_backend.path import metrics
+
+    state = tmp_path / "state"
+    state.mkdir()
+    _fake_run(str(state / "stats-11-rank0.json"), "100", monkeypatch)
+    monkeypatch.setenv("KOG_STATE_DIR", str(state))
+    prom_dir = tmp_path / "prom"
+    prom_dir.mkdir()
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(prom_dir))
+
+    from vllm.v1.metrics import prometheus as vllm_prom
+
+    # vLLM's own function, whether or not a plugin call earlier in this process wrapped it already.
+    original = getattr(vllm_prom.get_prometheus_registry, "__wrapped__", vllm_prom.get_prometheus_registry)
+    wrapped = metrics.with_kog_collector(original)
+    registry = wrapped()
+    assert registry is not REGISTRY
+    text = generate_latest(registry).decode()
+    assert "kog:steps_total 6.0" in text and "kog:launch_aborts_total 1.0" in text
+    # A second API server's registry is fresh too: its own collector, no duplicate registration error.
+    assert "kog:steps_total 6.0" in generate_latest(wrapped()).decode()
+    # Unwrapped, the multiprocess registry has no kog family: what the hook is for.
+    assert "kog:" not in generate_latest(original()).decode()
+
+
+def test_default_registry_is_left_alone(monkeypatch):
+    """One API server: vLLM serves prometheus_client's default registry, where register_collector put kog's
+    collector; the wrapper must not register a second one (that would raise on duplicated names)."""
+    from prometheus_client import REGISTRY
+
+    from kog_backend.path import metrics
+
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    before = dict(REGISTRY._collector_to_names)
+    assert metrics.with_kog_collector(lambda: REGISTRY)() is REGISTRY
+    assert dict(REGISTRY._collector_to_names) == before
+
+
+def test_serve_on_multiprocess_registry_wraps_both_modules_once(monkeypatch):
+    import importlib
+
+    from kog_backend.path import metrics
+
+    prom = importlib.import_module("vllm.v1.metrics.prometheus")
+    mount = importlib.import_module("vllm.entrypoints.serve.instrumentator.metrics")
+    monkeypatch.setattr(prom, "get_prometheus_registry", prom.get_prometheus_registry)
+    monkeypatch.setattr(mount, "get_prometheus_registry", mount.get_prometheus_registry)
+    metrics.serve_on_multiprocess_registry()
+    first = (prom.get_prometheus_registry, mount.get_prometheus_registry)
+    assert all(getattr(f, metrics._WRAPPED, False) for f in first)
+    metrics.serve_on_multiprocess_registry()  # idempotent: no wrapper around the wrapper
+    assert (prom.get_prometheus_registry, mount.get_prometheus_registry) == first

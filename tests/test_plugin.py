@@ -3,6 +3,8 @@ vLLM's own CUDA detection (None on this CPU machine), and nothing heavy is impor
 
 from __future__ import annotations
 
+import ast
+
 import importlib
 import importlib.metadata
 import logging
@@ -243,10 +245,17 @@ def test_importing_kog_modules_imports_neither_torch_nor_vllm():
     assert out.strip() == "[]"
 
 
-def test_plugin_calls_import_nothing_beyond_what_vllm_already_has():
-    # At the points where vLLM calls them, vllm.platforms (with its CUDA detector) and vllm.logger are loaded.
-    out = _run("""
-        import sys
+def _plugin_imports(server_named: bool, multiprocess: bool) -> list[str]:
+    """Modules outside kog_backend that the plugin's calls import, in a process where vLLM calls them (vllm.platforms
+    with its CUDA detector and vllm.logger loaded): an engine or worker process inherits the server's id."""
+    out = _run(f"""
+        import os, sys
+        os.environ.pop("KOG_SERVER_ID", None)
+        os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        if {server_named!r}:
+            os.environ["KOG_SERVER_ID"] = "1"
+        if {multiprocess!r}:
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = "/nonexistent-kog-test"
         import vllm.platforms, vllm.logger
         vllm.platforms.cuda_platform_plugin()
         before = set(sys.modules)
@@ -255,4 +264,18 @@ def test_plugin_calls_import_nothing_beyond_what_vllm_already_has():
         plugin.register_platform(); plugin.register_platform()
         print(sorted(m for m in set(sys.modules) - before if not m.startswith("kog_backend")))
     """)
-    assert out.strip().splitlines()[-1] == "[]"
+    return ast.literal_eval(out.strip().splitlines()[-1])
+
+
+def test_plugin_calls_in_engine_and_worker_processes_import_nothing():
+    # One API server: an engine or worker process serves no /metrics, so the plugin loads nothing there.
+    assert _plugin_imports(server_named=True, multiprocess=False) == []
+
+
+@pytest.mark.parametrize("server_named,multiprocess", [(False, False), (True, True)])
+def test_plugin_calls_in_metrics_processes_import_only_the_metrics_stack(server_named, multiprocess):
+    # The process that names the server (the API server), and every process under vLLM's multiprocess metrics:
+    # prometheus_client and vLLM's prometheus module (both already loaded by vLLM's API server), nothing else.
+    extra = [m for m in _plugin_imports(server_named, multiprocess)
+             if not m.startswith(("prometheus_client", "vllm.v1.metrics")) and m.split(".")[0] not in sys.stdlib_module_names]
+    assert extra == []

@@ -110,6 +110,25 @@ PATCHES: tuple[PatchEntry, ...] = (
         remove_when="vLLM ships a native backend option: then keep `--backend` only as a documented alias or "
         "drop the platform plugin.",
     ),
+    PatchEntry(
+        name="hook-metrics-multiprocess-registry",
+        kind="hook",
+        targets=(
+            Target("vllm/v1/metrics/prometheus.py", "get_prometheus_registry",
+                   "fc1df9c36c3267ba771d0d717ad2d4d1125576addc4adae893d54cb28f6fb2f8"),
+            Target("vllm/entrypoints/serve/instrumentator/metrics.py", "attach_router",
+                   "505274300362a4800365da4263dd43e0abf251bee3f8cb3947dfc1cdffbfa925"),
+        ),
+        why="kog's families on /metrics with --api-server-count > 1: vLLM then serves, per API server, a fresh "
+        "CollectorRegistry holding only prometheus_client's MultiProcessCollector, which reads the metric files "
+        "of prometheus_client objects, not a custom collector on the default registry.",
+        how="kog_backend.path.metrics.serve_on_multiprocess_registry (run by the general plugin in every process) "
+        "wraps get_prometheus_registry in vllm.v1.metrics.prometheus and, where already imported, in "
+        "vllm.entrypoints.serve.instrumentator.metrics (attach_router calls it by that module's global name when "
+        "it mounts /metrics): a registry other than the default one also gets a KogCollector.",
+        upstream="A hook in vLLM for extra collectors on the served registry (e.g. a registry plugin).",
+        remove_when="vLLM lets plugins add collectors to the registry /metrics serves in multiprocess mode.",
+    ),
 )
 
 

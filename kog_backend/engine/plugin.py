@@ -47,17 +47,22 @@ def register() -> None:
 
 def _register_metrics() -> None:
     """The first process of a server to load kog (the API server, or the offline LLM's process) names the server
-    (counters.SERVER_ENV, inherited by its engine and workers) and puts kog's families on the registry vLLM's
-    /metrics serves (kog_backend.path.metrics). Never fatal: metrics must not keep a server from starting."""
+    (counters.SERVER_ENV, inherited by its engine, workers and further API servers) and puts kog's families on the
+    registry vLLM's /metrics serves (kog_backend.path.metrics): prometheus_client's default one. With several API
+    servers (vLLM's multiprocess mode, PROMETHEUS_MULTIPROC_DIR set) every process does it, so that each API server's
+    multiprocess registry carries them. Never fatal: metrics must not keep a server from
+    starting."""
     from kog_backend.path.counters import SERVER_ENV
 
-    if os.environ.get(SERVER_ENV):
-        return
-    os.environ[SERVER_ENV] = str(os.getpid())
+    if not os.environ.get(SERVER_ENV):
+        os.environ[SERVER_ENV] = str(os.getpid())
+    elif not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return  # an engine or worker process of a server with one API server: nothing is served from here
     try:
-        from kog_backend.path.metrics import register_collector
+        from kog_backend.path.metrics import register_collector, serve_on_multiprocess_registry
 
         register_collector()
+        serve_on_multiprocess_registry()
     except Exception as e:  # noqa: BLE001
         logger.warning("kog: metrics not registered on /metrics: %s", e)
 

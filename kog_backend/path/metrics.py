@@ -7,6 +7,12 @@ vllm.v1.metrics.prometheus.get_prometheus_registry), reads the files of its own 
 every process of the server inherits, counters.SERVER_ENV) at each scrape. Rank 0's file only: every rank of a
 tensor-parallel group counts the same steps.
 
+With several API servers (`--api-server-count` > 1) vLLM runs prometheus_client's multiprocess mode: each API server
+builds a fresh registry holding only a MultiProcessCollector (get_prometheus_registry) when it mounts /metrics.
+`serve_on_multiprocess_registry`, run in every process that loads kog's plugin, wraps that function so that such a
+registry also holds a KogCollector (patch registry entry `hook-metrics-multiprocess-registry`); every API server then
+reads the same worker files.
+
 Families (vLLM's conventions: `<namespace>:<name>`, counters end in `_total`):
   kog:steps_total                    engine steps that ran on the kog path
   kog:generated_tokens_total         tokens those steps generated
@@ -93,6 +99,9 @@ class KogCollector(Collector):
 
 
 _registered = False
+_WRAPPED = "_kog_wrapped"
+# Modules whose global `get_prometheus_registry` vLLM's /metrics mount calls (attach_router imports it by name).
+_REGISTRY_MODULES = ("vllm.v1.metrics.prometheus", "vllm.entrypoints.serve.instrumentator.metrics")
 
 
 def register_collector(registry: Any = None) -> None:
@@ -104,3 +113,40 @@ def register_collector(registry: Any = None) -> None:
 
     (registry or REGISTRY).register(KogCollector())
     _registered = True
+
+
+def with_kog_collector(get_registry: Any) -> Any:
+    """`get_registry` (vLLM's get_prometheus_registry) whose multiprocess-mode registries (any but prometheus_client's
+    default, where register_collector put kog's families already) also hold a KogCollector. Never raises on kog's
+    account: a failed registration is logged and the registry served without kog's families."""
+
+    def get_prometheus_registry() -> Any:
+        from prometheus_client import REGISTRY
+
+        registry = get_registry()
+        if registry is not REGISTRY:
+            try:
+                registry.register(KogCollector())
+            except Exception as e:  # noqa: BLE001 - metrics must not keep /metrics from being served
+                import logging
+
+                logging.getLogger("kog_backend.path.metrics").warning("kog: families not on /metrics: %s", e)
+        return registry
+
+    setattr(get_prometheus_registry, _WRAPPED, True)
+    get_prometheus_registry.__wrapped__ = get_registry  # type: ignore[attr-defined]  # functools' convention
+    return get_prometheus_registry
+
+
+def serve_on_multiprocess_registry() -> None:
+    """Wraps get_prometheus_registry (with_kog_collector) in vLLM's prometheus module, and in the /metrics mount's
+    module where it is already imported (it imports the function by name; imported later, it takes the wrapped one).
+    Idempotent; imports nothing that vLLM's API server would not."""
+    import importlib
+    import sys
+
+    for i, name in enumerate(_REGISTRY_MODULES):
+        module = sys.modules.get(name) if i else importlib.import_module(name)
+        fn = getattr(module, "get_prometheus_registry", None) if module is not None else None
+        if fn is not None and not getattr(fn, _WRAPPED, False):
+            module.get_prometheus_registry = with_kog_collector(fn)
