@@ -223,6 +223,7 @@ def _fake_mk(monkeypatch):
     classes = types.SimpleNamespace(**{c: (lambda *a, _c=c, **k: _Recorded(_c, *a, **k)) for c in METHODS})
     monkeypatch.setattr(host.kog_ops, "classes", lambda: classes)
     mk = object.__new__(host.Monokernel)
+    mk._classes = classes  # what __init__ looks up once
     mk.ops = types.SimpleNamespace(monokernel_step=monokernel_step)
     mk.launch = _Recorded("MonokernelLaunch")
     mk.device = torch.device("cpu")

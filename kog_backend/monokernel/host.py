@@ -179,7 +179,8 @@ class Monokernel:
         self._num_out = torch.zeros(1, dtype=torch.int32, device=device)
         # What every launch of this object shares (torch.classes.kog.MonokernelLaunch; checked once, here): the
         # table, the scratch the kernel writes, the kernel instantiation and launch shape, the penalties' counts.
-        self.launch = kog_ops.classes().MonokernelLaunch(
+        self._classes = kog_ops.classes()  # torch.classes.kog, looked up once: generate builds its arguments per launch
+        self.launch = self._classes.MonokernelLaunch(
             self.model_table, self.scratch, self.head_dim, plan.heads_per_pass, plan.grid, plan.smem_bytes,
             self.tp_world, self.burst_counts,
         )  # fmt: skip
@@ -277,7 +278,7 @@ class Monokernel:
                 raise ValueError(reason)
             if sample_seed is None or defer_out is None:
                 raise ValueError("a launch with top_k / top_p / min_p needs sample_seed and defer_out")
-        classes = kog_ops.classes()
+        classes = self._classes
         sampling = None
         if sample_seed is not None:  # a fresh seed tensor per call (the runner's), so one object per launch
             sampling = classes.SampledLaunch(
