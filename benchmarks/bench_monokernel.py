@@ -18,7 +18,12 @@ together (e.g. 'tagged_handoffs=1' makes the gate/up -> down hand-off through ta
 -DKOG_TAGGED_HANDOFFS=1 build). --trace prints a typical layer's timeline
 (Monokernel.trace_table, kog_backend/monokernel/timeline.py). Prints a table last; writes JSON to $OUT/bench_monokernel.json when $OUT is set.
 
-  python benchmarks/bench_monokernel.py [--shapes llama-3.2-1b,...] [--ctx 32,1024,4096] [--reps 50]
+  python benchmarks/bench_monokernel.py [--shapes llama-3.2-1b,...] [--ctx 32,1024,4096] [--reps 50] [--fp8 block]
+
+--fp8 tensor|channel|block: the four projections of every layer in FP8 (e4m3) with fp32 scales of that layout,
+quantised from the same random bf16 weights (synthetic.random_decoder(shape, device, seed, fp8=layout)), embedding,
+LM head and norms bf16; bytes/step are then what the FP8 model reads (model_spec.weight_bytes_per_token: one byte per
+projection weight plus its scales) + K/V, so GB/s and the share of copy bandwidth count the bytes actually read.
 
 --tokens 32 also times 32-token launches (Monokernel.generate, as vLLM's bursts run) and reports their time per
 token: what a change at the token boundary (the LM head's argmax, the next token's first weights) moves. With
@@ -100,14 +105,14 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
                 trace: bool = False, holds: tuple[tuple[int, int], ...] = (), single_ctx: int = 0,
                 prefetch: tuple[int, ...] = (), stall_prefetch: tuple[int, ...] = (),
                 inflight: tuple[int, ...] = (), sets: tuple[dict[str, int], ...] = (), tokens: int = 1,
-                sampling: tuple[str, ...] = ()) -> list[dict]:
+                sampling: tuple[str, ...] = (), fp8: str | None = None) -> list[dict]:
     s = synthetic.make_shape(*synthetic.SHAPES[name], max_position=max(ctxs) + 64 + tokens)
-    w = synthetic.random_decoder(s, dev, seed=1)
+    w = synthetic.random_decoder(s, dev, seed=1, fp8=fp8)
     max_ctx = max(ctxs)
     num_blocks = (max_ctx + tokens) // BS + 16
     caches = synthetic.paged_kv_caches(s, num_blocks, BS, dev)
     mk = Monokernel(w, caches, dev, max_model_len=max_ctx + 8 + tokens)
-    wbytes = w.weight_bytes_per_token()
+    wbytes = w.weight_bytes_per_token()  # FP8: one byte per projection weight plus its scales
     kv_row = s.kv_bytes_per_position
     rows = []
     bt = synthetic.shuffled_block_table(num_blocks, num_blocks - 1, num_blocks, dev, seed=3)
@@ -145,7 +150,7 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
         return launch, int(count.item()) + int(defer.item())
 
     def record(variant, ctx, t, byt, weight_bytes):  # one table row; a wait that timed out is reported and reset
-        rows.append(dict(shape=name, variant=variant, ctx=ctx, us=t * 1e6, gbs=byt / t / 1e9,
+        rows.append(dict(shape=name, weights=weights_label(fp8), variant=variant, ctx=ctx, us=t * 1e6, gbs=byt / t / 1e9,
                          share=byt / t / 1e9 / copy_gbs, weight_gb=weight_bytes / 1e9,
                          floor_us=byt / (copy_gbs * 1e9) * 1e6))  # fmt: skip
         print(f"  .. {name} {variant} ctx {ctx}: {t * 1e6:.1f} us", flush=True)
@@ -235,7 +240,22 @@ def parse_sets(text: str) -> tuple[dict[str, int], ...]:
     return tuple({k: int(v) for k, v in (kv.split("=") for kv in item.split(","))} for item in text.split(";") if item)
 
 
-def main() -> int:
+def weights_label(fp8: str | None) -> str:
+    """The weights column: bf16, or fp8-<layout>."""
+    return f"fp8-{fp8}" if fp8 else "bf16"
+
+
+def format_rows(rows: list[dict], copy_gbs: float) -> list[str]:
+    """The table printed last."""
+    out = [f"\ncopy bandwidth {copy_gbs:.0f} GB/s",
+           f"{'shape':<14}{'weights':<12}{'variant':<24}{'ctx':>6}{'us/step':>10}{'floor us':>10}{'GB/s':>8}{'share':>8}"]
+    for r in rows:
+        out.append(f"{r['shape']:<14}{r.get('weights', 'bf16'):<12}{r['variant']:<24}{r['ctx']:>6}{r['us']:>10.1f}"
+                   f"{r['floor_us']:>10.1f}{r['gbs']:>8.0f}{r['share']:>8.1%}")
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=1, help="also time K-token launches (Monokernel.generate, no stop "
                     "id) and report their time per token, beside the one-token steps")
@@ -258,6 +278,14 @@ def main() -> int:
                     "overrides (e.g. 'stage_end_copies=3;stage_end_copies=3,max_inflight=3'), timed at the first ctx")
     ap.add_argument("--sampling", default="", help="with --tokens > 1: comma-separated SAMPLING_MODES ("
                     + ", ".join(SAMPLING_MODES) + ") whose sampled launches are timed too")
+    ap.add_argument("--fp8", choices=("tensor", "channel", "block"), default=None, metavar="LAYOUT",
+                    help="FP8 (e4m3) projections with tensor, channel or 128x128 block scales (fp32), quantised from "
+                         "the same bf16 weights; bytes/step count the FP8 bytes read")
+    return ap
+
+
+def main() -> int:
+    ap = build_parser()
     args = ap.parse_args()
     sampling = tuple(m for m in args.sampling.split(",") if m)
     unknown = [m for m in sampling if m not in SAMPLING_MODES]
@@ -267,6 +295,9 @@ def main() -> int:
     ctxs = [int(x) for x in args.ctx.split(",")]
     copy_gbs = copy_bandwidth(dev)
     print(f"{torch.cuda.get_device_name(dev)}: device-to-device copy {copy_gbs:.0f} GB/s (read + write)", flush=True)
+    if args.fp8:
+        print(f"weights: FP8 e4m3 projections, {args.fp8} scales fp32 (synthetic.random_decoder fp8={args.fp8!r}); "
+              "embedding, LM head, norms and KV bf16", flush=True)
     rows = []
     for name in args.shapes.split(","):
         shape_rows = bench_shape(name, ctxs, args.reps, copy_gbs, dev,
@@ -274,18 +305,15 @@ def main() -> int:
                                  holds=parse_holds(args.hold), single_ctx=args.single_ctx,
                                  prefetch=parse_ints(args.prefetch), stall_prefetch=parse_ints(args.stall_prefetch),
                                  inflight=parse_ints(args.inflight),
-                                 sets=parse_sets(args.set), tokens=args.tokens, sampling=sampling)
+                                 sets=parse_sets(args.set), tokens=args.tokens, sampling=sampling, fp8=args.fp8)
         rows += shape_rows
         for r in shape_rows:
             print(f"  {r['shape']} {r['variant']} ctx {r['ctx']}: {r['us']:.1f} us", flush=True)
     out = os.environ.get("OUT")
     if out:
         with open(os.path.join(out, "bench_monokernel.json"), "w") as f:
-            json.dump(dict(copy_gbs=copy_gbs, rows=rows), f, indent=1)
-    print(f"\ncopy bandwidth {copy_gbs:.0f} GB/s")
-    print(f"{'shape':<14}{'variant':<24}{'ctx':>6}{'us/step':>10}{'floor us':>10}{'GB/s':>8}{'share':>8}")
-    for r in rows:
-        print(f"{r['shape']:<14}{r['variant']:<24}{r['ctx']:>6}{r['us']:>10.1f}{r['floor_us']:>10.1f}{r['gbs']:>8.0f}{r['share']:>8.1%}")
+            json.dump(dict(copy_gbs=copy_gbs, fp8=args.fp8, rows=rows), f, indent=1)
+    print("\n".join(format_rows(rows, copy_gbs)))
     return 0
 
 

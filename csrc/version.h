@@ -2,4 +2,4 @@
 // Bumped whenever an op's schema changes; kog_backend.ops.EXPECTED_VERSION must equal it.
 #pragma once
 
-#define KOG_OPS_VERSION 8
+#define KOG_OPS_VERSION 9

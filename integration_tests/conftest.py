@@ -30,17 +30,19 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def checkpoint():
-    """checkpoint(shape) -> directory of a random-weight checkpoint (written on first use)."""
+    """checkpoint(shape, fp8=None) -> directory of a random-weight checkpoint (written on first use); fp8: its FP8
+    checkpoint of that layout (`kog make-checkpoint --fp8`), quantised from the same bf16 weights."""
     root = os.environ.get("KOG_TEST_CKPT_DIR", "/tmp/kog-test-ckpt")
     made: dict[str, str] = {}
 
-    def get(shape: str) -> str:
-        if shape not in made:
+    def get(shape: str, fp8: str | None = None) -> str:
+        name = f"{shape}-fp8-{fp8}" if fp8 else shape
+        if name not in made:
             from kog_backend.tools.fixtures.checkpoints import write_checkpoint
 
-            out = os.path.join(root, shape)
-            write_checkpoint(shape, out, seed=0)
-            made[shape] = out
-        return made[shape]
+            out = os.path.join(root, name)
+            write_checkpoint(shape, out, seed=0, fp8=fp8)
+            made[name] = out
+        return made[name]
 
     return get

@@ -9,6 +9,10 @@ margin within that tolerance.
 
 The engine runs in a spawned process, in-process mode (VLLM_ENABLE_V1_MULTIPROCESSING=0), so that a proxy can be
 put around the runner's sampler: it sees the logits of both the stock path and the kog path.
+
+FP8 checkpoints (`fp8_parity_failures`): stock on Hopper quantises the activations to FP8 as well, kog keeps them
+bf16, so kog is held to a bf16-activation reference recorded under the same forcing (kog's torch step on vLLM's
+loaded FP8 weights), and to stock within a bound derived from the measured stock-vs-reference distance.
 """
 
 from __future__ import annotations
@@ -171,3 +175,52 @@ def parity_failures(stock: Recording, free: Recording, forced: Recording, atol: 
     if c.first_free_mismatch is not None and c.first_free_mismatch not in {i for i, _ in c.flips}:
         failures.append(f"free run differs from stock at step {c.first_free_mismatch}, not a flip step")
     return c, failures
+
+
+# FP8 checkpoints: kog vs stock may differ by FP8_SPREAD x the measured stock-vs-reference distance plus the bf16
+# bound (test_teacher_forcing.test_fp8_parity_under_teacher_forcing says why).
+FP8_SPREAD = 1.25
+# A guard, not a tolerance: the largest relative L2 distance ||L_ref - L_stock|| / ||L_stock|| of one step. Two
+# unrelated logit vectors of equal norm are sqrt(2) ~ 1.41 apart; a reference that applied a scale wrongly is such a
+# vector, while FP8 activation rounding (e4m3: 2^-4 relative at most per element) moves the logits by a few percent.
+FP8_MAX_RELATIVE = 0.5
+
+
+@dataclasses.dataclass
+class Fp8Parity:
+    stock_vs_reference: float  # measured max |L_ref - L_stock| over all steps and vocabulary entries
+    relative: float  # measured max over steps of ||L_ref - L_stock|| / ||L_stock||
+    kog_stock_bound: float  # FP8_SPREAD x stock_vs_reference + the bf16 bound
+    vs_reference: Comparison  # kog's forced logits against the reference's (its argmax as the wanted token)
+    vs_stock: Comparison  # kog's forced logits against stock's, its free run against stock's tokens
+
+
+def argmax_recording(rec: Recording) -> Recording:
+    """rec with its own argmax as the tokens (a forced recording's tokens are the forced ones)."""
+    return Recording([int(torch.argmax(row)) for row in rec.logits], rec.logits, rec.kog_stats, rec.num_cached_tokens)
+
+
+def fp8_parity_failures(stock: Recording, reference: Recording, free: Recording, forced: Recording, atol: float,
+                        spread: float = FP8_SPREAD, max_relative: float = FP8_MAX_RELATIVE) -> tuple[Fp8Parity, list[str]]:
+    """FP8 teacher forcing's checks as a list of failures (empty: parity). stock: stock's free run; reference: the
+    bf16-activation torch step forced to stock's tokens; free, forced: kog's runs. kog within `atol` (the bf16
+    bound) of the reference, argmax flips against it at reference top-2 margins <= 2 atol; kog within
+    spread x d + atol of stock (d: the measured max |L_ref - L_stock|), with parity_failures' checks at that bound;
+    the reference no further than max_relative from stock at any step."""
+    n = min(stock.logits.shape[0], reference.logits.shape[0])
+    delta = reference.logits[:n] - stock.logits[:n]
+    d = float(delta.abs().max())
+    relative = float((delta.norm(dim=1) / stock.logits[:n].norm(dim=1)).max())
+    bound = spread * d + atol
+    vs_reference = compare(argmax_recording(reference), forced, atol)
+    vs_stock, stock_failures = parity_failures(stock, free, forced, bound)
+    failures = []
+    if relative > max_relative:
+        failures.append(f"reference vs stock: relative distance {relative:.3f} > {max_relative} at a step: not FP8 "
+                        "activation rounding (a scale applied wrongly on one side?)")
+    if vs_reference.max_abs_diff > atol:
+        failures.append(f"kog vs reference: max |dlogit| {vs_reference.max_abs_diff:.4f} > {atol}")
+    if vs_reference.unexplained:
+        failures.append(f"kog vs reference: flips beyond 2 x atol: {vs_reference.unexplained}")
+    failures += [f"kog vs stock (bound {spread} x {d:.4f} + {atol}): {f}" for f in stock_failures]
+    return Fp8Parity(d, relative, bound, vs_reference, vs_stock), failures

@@ -664,7 +664,9 @@ def test_bad_inputs_raise_clear_errors():
         kog.MonokernelLaunch(mk.model_table[1:], mk.scratch, mk.head_dim, 2, mk.plan.grid, mk.plan.smem_bytes)
     with pytest.raises(RuntimeError, match="burst_counts .* needs tp_size 1"):
         kog.MonokernelLaunch(mk.model_table, mk.scratch, mk.head_dim, 2, mk.plan.grid, mk.plan.smem_bytes, 2,
-                             mk.burst_counts)  # fmt: skip
+                             burst_counts=mk.burst_counts)  # fmt: skip
+    with pytest.raises(RuntimeError, match="FP8 weights need tp_size 1"):
+        kog.MonokernelLaunch(mk.model_table, mk.scratch, mk.head_dim, 2, mk.plan.grid, mk.plan.smem_bytes, 2, True)
     with pytest.raises(RuntimeError, match="sample_seed must be int64"):
         kog.SampledLaunch(seed.int(), 0.5)
     with pytest.raises(RuntimeError, match="defer_out must be int32"):

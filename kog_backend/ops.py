@@ -17,7 +17,7 @@ import threading
 
 # Must equal KOG_OPS_VERSION in csrc/version.h, the version op of both extensions (bumped whenever an op's schema
 # changes).
-EXPECTED_VERSION = 8
+EXPECTED_VERSION = 9
 
 _LOCK = threading.Lock()
 _STATE: dict[str, object] = {}

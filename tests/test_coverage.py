@@ -107,6 +107,38 @@ def test_fp8_weights_count_one_byte_per_projection_weight(qcfg):
     assert coverage.weight_bytes(dict(cfg, quantization_config={"quant_method": "awq"})) == bf16  # refused anyway
 
 
+FP8_BLOCK = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("sm_count", [132, 78])
+def test_every_listed_model_tiles_with_fp8_weights(name, sm_count):
+    """With FP8 projections (one byte per weight) every listed model tiles: each layer stage reads K bytes per row
+    (K a multiple of 16: 16 float8 values per 16-byte vector) and the chunk's scales (fp8_tail_bytes), as many units
+    per chunk as bf16 or more, in the same
+    shared-memory budget; the LM head stays bf16 (in the ring's slot, which FP8 rows may leave at kSlotBytes where
+    bf16 rows enlarged it: then its chunks are smaller than the bf16 model's)."""
+    bf16 = coverage.verdict(shapes.MODEL_CONFIGS[name], sm_count)
+    v = coverage.verdict(dict(shapes.MODEL_CONFIGS[name], quantization_config=FP8_BLOCK), sm_count)
+    assert v.ok, f"{name}: {v.reason}"
+    p = v.plan
+    assert p.smem_bytes == C["kHeaderBytes"] + p.work_bytes + p.num_slots * p.slot_bytes <= C["kMaxSmemBytes"]
+    assert C["kMinSlots"] <= p.num_slots and p.num_slots >= bf16.plan.num_slots
+    for i, (st, b) in enumerate(zip(p.stages, bf16.plan.stages)):
+        rows = 2 if st.pair else 1
+        assert (st.k, st.n, st.pair) == (b.k, b.n, b.pair)
+        assert st.elem_bytes == (2 if i == layout.STAGE_LM else 1)
+        assert st.k * st.elem_bytes % 16 == 0
+        assert st.nu >= b.nu or (i == layout.STAGE_LM and p.slot_bytes < bf16.plan.slot_bytes)
+        tail = plan.fp8_tail_bytes(st.k, st.pair) if st.elem_bytes == 1 else 0  # an FP8 chunk's scales
+        assert st.chunk_bytes == st.nu * rows * st.k * st.elem_bytes + tail <= p.slot_bytes
+        assert st.nu == C["kConsumerWarps"] or 2 * st.nu * rows * st.k * st.elem_bytes + tail > p.slot_bytes
+        assert st.bytes == st.n * st.k * st.elem_bytes * rows
+    assert p.slot_bytes <= bf16.plan.slot_bytes
+    if p.slot_bytes == bf16.plan.slot_bytes:
+        assert p.stages[layout.STAGE_LM] == bf16.plan.stages[layout.STAGE_LM]
+
+
 def _with(name, **fields):
     cfg = copy.deepcopy(shapes.MODEL_CONFIGS[name])
     cfg.update(fields)
@@ -129,7 +161,8 @@ def _with(name, **fields):
         (_with("Qwen/Qwen3-8B", num_attention_heads=30), "num_attention_heads 30"),
         (_with("meta-llama/Llama-3.1-8B-Instruct", attention_bias=True), "attention_bias"),
         (_with("meta-llama/Llama-3.1-8B-Instruct", mlp_bias=True), "mlp_bias"),
-        (_with("Qwen/Qwen3-8B", quantization_config={"quant_method": "fp8"}), "fp8 (tensor) weights"),
+        (_with("Qwen/Qwen3-8B", quantization_config={"quant_method": "fp8", "activation_scheme": "static"}),
+         "quantization_config fp8 with static activation scales"),
         (_with("Qwen/Qwen3-8B", quantization_config={"quant_method": "gptq", "bits": 4}), "quantization_config gptq"),
     ],
 )  # fmt: skip

@@ -38,6 +38,16 @@ def _layer(w, **over):
     return dataclasses.replace(w, layers=[dataclasses.replace(w.layers[0], **over), *w.layers[1:]])
 
 
+def _fp8_weights(layout="block"):
+    return synthetic.random_decoder(_shape(), CPU, fp8=layout)
+
+
+def _fp8_loaded(weight_dtype=torch.float8_e4m3fn, weight_shape=(256, 256), scale_shape=(2, 2)):
+    """fp8_loaded_reason on a block-layout module of 256 x 256 (its logical size) holding these parameters."""
+    weight = torch.zeros(weight_shape, dtype=torch.float32).to(weight_dtype)
+    return model.fp8_loaded_reason(FP8_BLOCK, "layer 0 qkv", weight, torch.ones(scale_shape), 256, 256)
+
+
 def _no_cuda():
     with mock.patch("torch.cuda.is_available", return_value=False):
         return environment.gpu_reason()
@@ -144,9 +154,12 @@ CASES = [
     ("model", "rope_scaling", lambda: model.rope_scaling_reason({"rope_type": "yarn", "factor": 4.0})),
     ("model", "quantization", lambda: model.quantization_reason({"quant_method": "awq", "bits": 4})),
     ("model", "quantization", lambda: model.quantization_reason(None, "gptq")),
-    ("model", "fp8_layout", lambda: model.quantization_reason(
-        {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]})),
-    ("model", "fp8_layout", lambda: model.quantization_reason(None, "fp8")),
+    ("model", "fp8_tp", lambda: model.quantization_reason(
+        {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}, None, 2)),
+    ("model", "fp8_tp", lambda: model.quantization_reason(None, "fp8", 4)),
+    ("model", "fp8_loaded_weight", lambda: _fp8_loaded(weight_dtype=torch.int32)),  # Marlin's int32 tiles
+    ("model", "fp8_loaded_weight", lambda: _fp8_loaded(weight_shape=(272, 256))),  # rows padded to 16 (CUTLASS)
+    ("model", "fp8_loaded_scale", lambda: _fp8_loaded(scale_shape=(2, 1))),
     ("model", "fp8_weight_dtype", lambda: model.fp8_checkpoint_reason(FP8_BLOCK, {W: ((256, 256), "bfloat16")})),
     ("model", "fp8_scale_missing", lambda: model.fp8_checkpoint_reason(FP8_BLOCK, {W: ((256, 256), FP8)})),
     ("model", "fp8_scale_shape", lambda: model.fp8_checkpoint_reason(
@@ -182,6 +195,7 @@ CASES = [
     ("tiling", "kv_heads_sms", lambda: tiling.shape_reason(2048, 200, 200, 132, 1000)),
     ("tiling", "no_vocab_rows", lambda: tiling.shape_reason(2048, 32, 8, 132, 0)),
     ("tiling", "stage_input", lambda: tiling.stage_input_reason("down", "intermediate_size", 8196)),
+    ("tiling", "stage_input_fp8", lambda: tiling.stage_input_reason("down", "intermediate_size", 8200, 1)),
     ("tiling", "residual_rows", lambda: tiling.residual_rows_reason("o", 65536, 10**6, 132)),
     ("tiling", "slots", lambda: tiling.slots_reason(60000, 2048, 120000, 32768, 1)),
     ("tiling", "filtered_grid", lambda: tiling.filtered_sampling_reason(300, 8, 100, 1000)),
@@ -223,6 +237,17 @@ CASES = [
         _layer(_weights(), down=torch.zeros(128, 64, dtype=torch.bfloat16).t()), CPU)),
     ("monokernel", "tensor_alignment", lambda: monokernel.tensor_reason(
         "embed", torch.zeros(65, dtype=torch.bfloat16)[1:], (64,), CPU)),
+    ("monokernel", "fp8_unknown_layout", lambda: monokernel.weights_reason(
+        dataclasses.replace(_fp8_weights(), fp8="int4"), CPU)),
+    ("monokernel", "tensor_dtype_fp8", lambda: monokernel.weights_reason(
+        _layer(_fp8_weights(), qkv=_weights().layers[0].qkv), CPU)),
+    ("monokernel", "tensor_dtype_scale", lambda: monokernel.weights_reason(
+        _layer(_fp8_weights("channel"), down_scale=torch.ones(64, 1, dtype=torch.bfloat16)), CPU)),
+    ("monokernel", "fp8_scale_undeclared", lambda: monokernel.weights_reason(
+        _layer(_weights(), o_scale=torch.ones(())), CPU)),
+    ("monokernel", "tensor_shape", lambda: monokernel.weights_reason(
+        _layer(_fp8_weights("tensor"), gate_up_scale=torch.ones(2)), CPU)),
+    ("monokernel", "tensor_missing", lambda: monokernel.weights_reason(_layer(_fp8_weights(), o_scale=None), CPU)),
     ("request", "logprobs", lambda: request.request_unsupported_reason(SamplingParams(logprobs=0))),
     ("request", "prompt_logprobs", lambda: request.request_unsupported_reason(SamplingParams(prompt_logprobs=1))),
     ("request", "structured_outputs", lambda: request.request_unsupported_reason(
@@ -297,6 +322,9 @@ def test_eligible_inputs_have_no_reason():
     assert model.config_num_experts({"num_experts": 0}) is None and model.config_num_experts(NS()) is None
     assert model.config_bias_reason("qwen2", False, True) is None  # Qwen2's QKV bias
     assert model.quantization_reason(None) is None and model.quantization_reason({}, None) is None
+    assert model.quantization_reason(None, "fp8") is None and model.quantization_reason(None, "fp8", 1) is None
+    assert _fp8_loaded() is None and model.fp8_tp_reason("channel", 1) is None
+    assert all(monokernel.weights_reason(_fp8_weights(lay), CPU) is None for lay in ("tensor", "channel", "block"))
     assert model.fp8_checkpoint_reason(FP8_BLOCK, {W: ((256, 256), FP8), W + "_scale_inv": ((2, 2), "float32")}) is None
     assert kv_cache.layout_reason(_kv(), 64) is None and kv_cache.monokernel_reason(0, _kv(), 2, 64, CPU, None) is None
     assert monokernel.shape_reason(_shape(), 1) is None and monokernel.weights_reason(_weights(), CPU) is None

@@ -43,7 +43,7 @@ WANT_ARGS = [
 # Constructor arguments (with their defaults, as the schema prints them) and read-only accessors of each class.
 INIT = {
     "MonokernelLaunch": "Tensor model_args, Tensor scratch, int head_dim, int heads_per_pass, int grid, "
-                        "int smem_bytes, int tp_size=1, Tensor? burst_counts=None",
+                        "int smem_bytes, int tp_size=1, bool fp8_weights=False, Tensor? burst_counts=None",
     "SampledLaunch": "Tensor sample_seed, float temperature, int top_k=0, float top_p=1., float min_p=0., "
                      "Tensor? defer_out=None, Tensor? prompt_mask=None, Tensor? output_counts=None, "
                      "float repetition_penalty=1., float frequency_penalty=0., float presence_penalty=0.",
@@ -52,7 +52,7 @@ INIT = {
 METHODS = {
     "MonokernelLaunch": {"model_args": "Tensor", "scratch": "Tensor", "burst_counts": "Tensor?", "head_dim": "int",
                          "heads_per_pass": "int", "grid": "int", "smem_bytes": "int", "tp_size": "int",
-                         "device": "Device"},
+                         "fp8_weights": "bool", "device": "Device"},
     "SampledLaunch": {"sample_seed": "Tensor", "temperature": "float", "top_k": "int", "top_p": "float",
                       "min_p": "float", "filtered": "bool", "defer_out": "Tensor?", "repetition_penalty": "float",
                       "frequency_penalty": "float", "presence_penalty": "float", "penalized": "bool",
@@ -129,7 +129,7 @@ def test_argument_classes_exist_with_their_methods(cls):
 def _cpu_plan(**over):
     kw = dict(
         model_args=torch.zeros(1, dtype=torch.uint8), scratch=torch.zeros(8, dtype=torch.bfloat16), head_dim=64,
-        heads_per_pass=2, grid=132, smem_bytes=4096, tp_size=1, burst_counts=None,
+        heads_per_pass=2, grid=132, smem_bytes=4096, tp_size=1, fp8_weights=False, burst_counts=None,
     )  # fmt: skip
     kw.update(over)
     return ops.classes().MonokernelLaunch(**kw)

@@ -1,7 +1,7 @@
 """Quantised checkpoints on the gate: which format a quantization_config is (kog_backend.path.quant_format), the
-reason each gets (FP8 layouts named, other methods by name), and the scale check over a checkpoint's tensor index
-(gate.model.fp8_checkpoint_reason) on checkpoints from `kog make-checkpoint --fp8` broken on purpose; `kog doctor
---model` prints both."""
+reason each gets (FP8 layouts pass at TP = 1 and are named at TP > 1, other methods by name), and the scale check
+over a checkpoint's tensor index (gate.model.fp8_checkpoint_reason) on checkpoints from `kog make-checkpoint --fp8`
+broken on purpose; `kog doctor --model` prints both."""
 
 from __future__ import annotations
 
@@ -35,19 +35,17 @@ QWEN3_8B_FP8 = {"activation_scheme": "dynamic", "modules_to_not_convert": None, 
 
 FORMATS = [  # (quantization_config, vLLM --quantization, format or method name, reason)
     (None, None, None, None),
-    ({"quant_method": "fp8", "activation_scheme": "dynamic"}, None, Fp8Format("fp8", "tensor"),
-     "fp8 (tensor) weights: not on the kog path yet"),
-    (QWEN3_8B_FP8, "fp8", Fp8Format("fp8", "block"), "fp8 (block 128x128) weights: not on the kog path yet"),
-    (None, "fp8", Fp8Format("fp8", "tensor", online=True),
-     "fp8 (tensor, quantised at load) weights: not on the kog path yet"),
+    # FP8 formats pass the config's gate at TP = 1 (their loaded weights are checked by model_spec)
+    ({"quant_method": "fp8", "activation_scheme": "dynamic"}, None, Fp8Format("fp8", "tensor"), None),
+    (QWEN3_8B_FP8, "fp8", Fp8Format("fp8", "block"), None),
+    (None, "fp8", Fp8Format("fp8", "tensor", online=True), None),
     (_ct({**FP8_W, "strategy": "channel"}, FP8_A, ignore=["lm_head"]), "compressed-tensors",
-     Fp8Format("compressed-tensors", "channel", ("lm_head",)), "fp8 (channel) weights: not on the kog path yet"),
-    (_ct({**FP8_W, "strategy": "tensor"}, FP8_A), None, Fp8Format("compressed-tensors", "tensor"),
-     "fp8 (tensor) weights: not on the kog path yet"),
-    (_ct({**FP8_W, "strategy": "channel"}, None), None, Fp8Format("compressed-tensors", "channel"),
-     "fp8 (channel) weights: not on the kog path yet"),  # W8A16: vLLM runs Marlin; the weights are the same
+     Fp8Format("compressed-tensors", "channel", ("lm_head",)), None),
+    (_ct({**FP8_W, "strategy": "tensor"}, FP8_A), None, Fp8Format("compressed-tensors", "tensor"), None),
+    # W8A16: vLLM repacks the weights for Marlin at load, which model_spec refuses (int32, not float8_e4m3fn)
+    (_ct({**FP8_W, "strategy": "channel"}, None), None, Fp8Format("compressed-tensors", "channel"), None),
     (_ct({**FP8_W, "strategy": "block", "block_structure": [128, 128]}, FP8_A), None,
-     Fp8Format("compressed-tensors", "block"), "fp8 (block 128x128) weights: not on the kog path yet"),
+     Fp8Format("compressed-tensors", "block"), None),
     ({"quant_method": "fp8", "activation_scheme": "static"}, None, "fp8 with static activation scales",
      "quantization_config fp8 with static activation scales: not supported"),
     ({"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [64, 64]}, None,
@@ -77,8 +75,12 @@ def test_format_and_reason(qcfg, method, fmt, reason):
     got = model.quantization_reason(qcfg, method)
     assert got == reason
     if reason is not None:
-        key = "fp8_layout" if isinstance(fmt, Fp8Format) else "quantization"
-        assert gate.reason_key(got) == ("model", key)
+        assert gate.reason_key(got) == ("model", "quantization")
+    if isinstance(fmt, Fp8Format):  # the FP8 kernel is TP = 1 only
+        tp = model.quantization_reason(qcfg, method, 2)
+        assert tp == f"fp8 ({fmt.describe()}) weights at tensor parallelism 2: not on the kog path yet (the FP8 " \
+                     "kernel is TP = 1 only)"
+        assert gate.reason_key(tp) == ("model", "fp8_tp")
 
 
 def test_scale_names_and_shapes():
@@ -105,7 +107,9 @@ def test_quantised_weights_follow_the_ignore_list():
 
 def test_coverage_and_start_gate_name_the_format():
     cfg = dict(shapes.MODEL_CONFIGS["Qwen/Qwen3-8B"], quantization_config=QWEN3_8B_FP8)
-    assert coverage.verdict(cfg).reason == "fp8 (block 128x128) weights: not on the kog path yet"
+    v = coverage.verdict(cfg)
+    assert v.ok and [st.elem_bytes for st in v.plan.stages] == [1, 1, 1, 1, 2]  # FP8 layers, bf16 LM head
+    assert coverage.verdict(cfg, tp_size=2).reason.startswith("fp8 (block 128x128) weights at tensor parallelism 2")
     cfg["quantization_config"] = {"quant_method": "awq", "bits": 4}
     assert coverage.verdict(cfg).reason == "quantization_config awq: not supported"
 
@@ -195,9 +199,10 @@ def test_doctor_model_prints_the_scale_check(written, tmp_path):
 
     ok = model_report(written["block"])
     text = "\n".join(ok.lines())
-    assert "[FAIL] kog path: fp8 (block 128x128) weights: not on the kog path yet" in text
+    assert "[ok  ] kog path: llama, 2 layers, hidden 256" in text
     assert "[ok  ] fp8 scales: 14 FP8 weights (block 128x128), each with its weight_scale_inv" in text
-    assert ok.to_json()["fp8_scales"]["ok"] is True
+    assert ok.to_json()["fp8_scales"]["ok"] is True and ok.runs
     broken = model_report(_broken(written["channel"], tmp_path / "b", _drop(f"{Q}.weight_scale")))
     assert f"[FAIL] fp8 scales: fp8 (channel) checkpoint: {Q}.weight has no weight_scale tensor" in broken.lines()
+    assert not broken.runs  # the scales the FP8 kernel would read are missing
     assert model_report(SHAPE).fp8_scales is None  # a bf16 shape: no scales to check

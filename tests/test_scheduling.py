@@ -40,7 +40,9 @@ def _no_forced(monkeypatch):
         ({}, None),
         ({"arch": "GPT2LMHeadModel"}, "architectures ['GPT2LMHeadModel'] is not supported"),
         ({"arch": "Qwen2ForCausalLM"}, None),
-        ({"quantization": "fp8"}, "fp8 (tensor, quantised at load) weights: not on the kog path yet"),
+        ({"quantization": "fp8"}, None),  # FP8 weights: the FP8 kernel, TP = 1 only
+        ({"quantization": "fp8", "tp": 2, "kog": {"tp_monokernel": True}},
+         "fp8 (tensor, quantised at load) weights at tensor parallelism 2: not on the kog path yet"),
         ({"quantization": "awq"}, "quantization_config awq: not supported"),
         ({"dtype": torch.float16}, "model dtype is not bf16 (torch.float16)"),
         ({"tp": 2}, "monokernel: tensor parallelism 2: the TP monokernel is off (kog option tp_monokernel"),

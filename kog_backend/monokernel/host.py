@@ -6,6 +6,10 @@ Scratch per layer (bf16 unless noted; kept per layer so every stage is checkable
   qkv_out [(nh + 2 nkv) D], q_out [nh D], attn_out [nh D], o_out [H], rmid [H], act [I], down_out [H],
   rin_next [H]; attn_ml fp32 [nh, S, 2], attn_acc fp32 [nh, S, D].
 For Llama-3.2-1B that is 0.7 MB in all, plus 2.2 MB of attention partials.
+
+FP8 weights (weights.fp8 set; TP = 1): the table points at the four projections' float8 bytes and their fp32
+scales, ModelArgs::fp8_scaling says their layout (layout.FP8_SCALING), the plan streams one byte per element
+(make_plan's weight_bytes) and the launch runs the FP8 kernel instantiation (MonokernelLaunch's fp8_weights).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from kog_backend.monokernel.plan import Plan, lm_rows, make_plan
 from kog_backend.monokernel.tp_layout import tp_buffer_layout
 from kog_backend.path.gate import monokernel as gate
 from kog_backend.path.gate.monokernel import unsupported_reason
-from kog_backend.path.model_spec import DecoderWeights
+from kog_backend.path.model_spec import SCALE_FIELDS, DecoderWeights
 
 _BF16_FIELDS = ("qkv_out", "q_out", "attn_out", "o_out", "rmid", "act", "down_out", "rin_next")
 
@@ -63,10 +67,11 @@ class Monokernel:
         self.shape = s
         self.device = device
         self.max_model_len = max_model_len
-        plan = make_plan(s, sm_count or _sm_count(device))
+        plan = make_plan(s, sm_count or _sm_count(device), weights.projection_bytes)
         assert isinstance(plan, Plan)
         self.plan = plan
         self.head_dim = s.head_dim
+        self.fp8_weights = weights.fp8 is not None  # the FP8 kernel instantiation
         reason = self.residency_reason(world > 1)
         if reason is not None:
             raise ValueError(reason)
@@ -144,6 +149,11 @@ class Monokernel:
             vals.update({k: t.data_ptr() for k, t in views.items()})
             layer_values.append(vals)
         self.layer_table = _to_device(layout.pack_layers(layer_values), device)
+        # FP8: the four projections' scale pointers per layer (kog::Fp8LayerScales rows, layout.FP8_SCALE_FIELDS)
+        self.fp8_scale_table = None
+        if self.fp8_weights:
+            rows = [[getattr(lw, SCALE_FIELDS[n]).data_ptr() for n in layout.FP8_SCALE_FIELDS] for lw in weights.layers]
+            self.fp8_scale_table = torch.tensor(rows, dtype=torch.int64, device=device)
         kv0 = kv_caches[0]
         model = {
             "num_layers": L, "hidden": H, "num_heads": nh, "num_kv_heads": nkv, "head_dim": D, "inter": I,
@@ -169,7 +179,8 @@ class Monokernel:
             "vocab_start": s.vocab_start, **tp_fields,
             "sample_work": self.sample_work.data_ptr() if self.sample_work is not None else 0,
             "status_out": self.status.data_ptr(), "inject_fault": 0,
-            "slot_bytes": plan.slot_bytes,
+            "slot_bytes": plan.slot_bytes, "fp8_scaling": layout.FP8_SCALING[weights.fp8],
+            "fp8_scales": self.fp8_scale_table.data_ptr() if self.fp8_scale_table is not None else 0,
         }  # fmt: skip
         self._model_values = model
         self.model_table = _to_device(layout.pack_model(model), device)
@@ -182,7 +193,7 @@ class Monokernel:
         self._classes = kog_ops.classes()  # torch.classes.kog, looked up once: generate builds its arguments per launch
         self.launch = self._classes.MonokernelLaunch(
             self.model_table, self.scratch, self.head_dim, plan.heads_per_pass, plan.grid, plan.smem_bytes,
-            self.tp_world, self.burst_counts,
+            self.tp_world, self.fp8_weights, self.burst_counts,
         )  # fmt: skip
 
     @property
@@ -340,7 +351,8 @@ class Monokernel:
             return None
         for sampled in (False, True):
             held = int(self.ops.monokernel_max_grid(self.head_dim, self.plan.heads_per_pass, sampled, tp,
-                                                    self.plan.smem_bytes, self.device.index or 0))
+                                                    self.plan.smem_bytes, self.device.index or 0,
+                                                    self.fp8_weights))  # fmt: skip
             reason = gate.residency_reason(held, self.plan.grid)
             if reason is not None:
                 return reason

@@ -65,6 +65,8 @@ MODEL_FIELDS: tuple[tuple[str, str, int], ...] = (
     ("status_out", "p", 1),
     ("inject_fault", "i", 1),
     ("slot_bytes", "i", 1),
+    ("fp8_scaling", "i", 1),
+    ("fp8_scales", "p", 1),
 )
 
 LAYER_FIELDS: tuple[str, ...] = (
@@ -73,6 +75,15 @@ LAYER_FIELDS: tuple[str, ...] = (
     "qkv_out", "q_out", "attn_ml", "attn_acc", "attn_out", "o_out", "rmid", "act", "down_out", "rin_next",
     "qkv_bias",
 )  # fmt: skip
+
+# kog::Fp8LayerScales (args.cuh): one row per layer of ModelArgs::fp8_scales, the four projections' scale pointers.
+FP8_SCALE_FIELDS: tuple[str, ...] = ("qkv", "o_proj", "gate_up", "down")
+
+# ModelArgs::fp8_scaling by DecoderWeights.fp8 (fp8.cuh Fp8Scaling: kFp8None, kFp8PerTensor, kFp8PerRow,
+# kFp8Block128): how the four projections' fp32 scales multiply their float8 e4m3 weights, for a projection of N rows
+# and K columns: none (bf16 weights); one scale s[0]; one per output row s[n] (vLLM's [N, 1]); one per 128 x 128
+# block s[n // 128, k // 128] ([ceil(N / 128), ceil(K / 128)] row-major).
+FP8_SCALING: dict[str | None, int] = {None: 0, "tensor": 1, "channel": 2, "block": 3}
 
 
 def tagged_layer_words(inter: int, num_heads: int, num_kv_heads: int, head_dim: int) -> int:
@@ -126,6 +137,13 @@ CONFIG: dict[str, int] = {
     "sample_smem_fixed": 256 * 12 * 2 + 3 * 256 * 4 + 64 * 8,
     "kCtrSampleArrive": 10,
     "kSlotAlign": 1024,
+    # fp8.cuh: bytes of one half's scale span in an FP8 chunk's slot (plan.fp8_span_bytes) at two row lengths, and
+    # the FP8 scaling modes (FP8_SCALING).
+    "fp8_span_bytes_2048": 96,
+    "fp8_span_bytes_14336": 480,
+    "kFp8PerTensor": 1,
+    "kFp8PerRow": 2,
+    "kFp8Block128": 3,
 }
 CONFIG_NAMES = tuple(CONFIG)
 

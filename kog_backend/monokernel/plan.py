@@ -3,10 +3,14 @@
 Everything is derived from the shape; no list of accepted sizes. Per stage: K (input length), N (output units:
 rows, or gate/up row pairs), nu (units per chunk: the largest power of two <= kConsumerWarps whose rows fit one
 weight slot) and the number of chunks. A unit's row is split over kConsumerWarps / nu warps in 16-byte vectors
-(gemv.cuh), so K needs only to be a multiple of 8. The slot is kSlotBytes unless one unit's row is longer (a down
-row of FFN 17408 and up, or a gate/up pair of hidden 8192): then every slot of the launch is that row rounded up to
-kSlotAlign, and fewer slots fit. Whether a shape fits is the gate's decision (kog_backend.path.gate.tiling):
-make_plan asks it at each step, and every refusal names the config field that causes it.
+(gemv.cuh), so K needs only to be a multiple of 8 (bf16) or 16 (FP8). A row is K x elem_bytes bytes: 2 (bf16), or
+1 for the four layer stages of an FP8 model (float8 e4m3 weights; make_plan's weight_bytes); the LM head is bf16 in
+every model. An FP8 chunk's slot also holds, after its rows, the scales the chunk uses (fp8_tail_bytes,
+csrc/include/kog/fp8.cuh). The slot is kSlotBytes unless one unit's row (and an FP8 tail) is
+longer (a bf16 down row of FFN 17408 and up, or a bf16 gate/up pair of hidden 8192): then every slot of the launch
+is that rounded up to kSlotAlign, and fewer slots fit. Whether a shape fits is the gate's decision
+(kog_backend.path.gate.tiling): make_plan asks it at each step, and every refusal names the config field that
+causes it.
 """
 
 from __future__ import annotations
@@ -26,10 +30,18 @@ class StagePlan:
     nu: int
     chunks: int
     pair: bool
+    elem_bytes: int = 2  # bytes of one weight element: 2 (bf16), 1 (float8 e4m3: an FP8 model's layer stages)
 
     @property
     def bytes(self) -> int:
-        return self.n * self.k * 2 * (2 if self.pair else 1)
+        """Weight bytes the stage streams (its scales not included)."""
+        return self.n * self.k * self.elem_bytes * (2 if self.pair else 1)
+
+    @property
+    def chunk_bytes(self) -> int:
+        """Bytes of a slot one chunk uses: nu units' rows, then (FP8) its scale spans."""
+        rows = self.nu * self.k * self.elem_bytes * (2 if self.pair else 1)
+        return rows + (fp8_tail_bytes(self.k, self.pair) if self.elem_bytes == 1 else 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,22 +66,41 @@ class Plan:
                                                self.work_bytes)
 
 
-def units_per_chunk(k: int, rows_per_unit: int, slot_bytes: int = CONFIG["kSlotBytes"]) -> int | None:
-    """Largest power-of-two nu <= kConsumerWarps whose chunk (nu units of rows_per_unit rows of k bf16) fits one
-    slot; None when k is not a whole number of 16-byte vectors or one unit does not fit."""
-    if k < 8 or k % 8:
+FP8_BLOCK_LEN = 128  # fp8.cuh kFp8BlockLen: rows and columns of one 128 x 128 scale block
+
+
+def fp8_span_bytes(k: int) -> int:
+    """Slot bytes of one half's scale span in an FP8 chunk (fp8.cuh fp8_span_bytes): the scales a half can need
+    (block: ceil(K / 128); per row: nu <= kConsumerWarps; per tensor: 1) plus up to 3 words either side, in 16-byte
+    units."""
+    words = max(-(-k // FP8_BLOCK_LEN), CONFIG["kConsumerWarps"])
+    return (4 * words + 24 + 15) // 16 * 16
+
+
+def fp8_tail_bytes(k: int, pair: bool) -> int:
+    """Slot bytes an FP8 layer chunk needs after its rows (fp8.cuh fp8_tail_bytes): each half's scale span."""
+    return (2 if pair else 1) * fp8_span_bytes(k)
+
+
+def units_per_chunk(k: int, rows_per_unit: int, slot_bytes: int = CONFIG["kSlotBytes"],
+                    elem_bytes: int = 2) -> int | None:
+    """Largest power-of-two nu <= kConsumerWarps whose chunk (nu units of rows_per_unit rows of k elements of
+    elem_bytes bytes; with elem_bytes 1, an FP8 layer chunk, the scale tail too) fits one slot; None when a row is
+    not a whole number of 16-byte vectors or one unit does not fit."""
+    if k * elem_bytes < 16 or (k * elem_bytes) % 16:
         return None
+    tail = fp8_tail_bytes(k, rows_per_unit == 2) if elem_bytes == 1 else 0
     nu = CONFIG["kConsumerWarps"]
     while nu >= 1:
-        if nu * rows_per_unit * k * 2 <= slot_bytes:
+        if nu * rows_per_unit * k * elem_bytes + tail <= slot_bytes:
             return nu
         nu //= 2
     return None
 
 
 def slot_bytes_for(unit_bytes: int) -> int:
-    """Ring slot for a shape whose longest unit (one row; a gate/up pair: two) is unit_bytes: kSlotBytes, or the unit
-    rounded up to kSlotAlign."""
+    """Ring slot for a shape whose longest unit (one row; a gate/up pair: two; an FP8 chunk of one unit: with its
+    tail) is unit_bytes: kSlotBytes, or the unit rounded up to kSlotAlign."""
     c = CONFIG
     return max(c["kSlotBytes"], -(-unit_bytes // c["kSlotAlign"]) * c["kSlotAlign"])
 
@@ -89,9 +120,12 @@ def lm_rows(shape) -> int:
     return max(0, min(shape.padded_vocab_local, shape.vocab_size - shape.vocab_start))
 
 
-def make_plan(shape, sm_count: int) -> Plan | str:
+def make_plan(shape, sm_count: int, weight_bytes: int = 2) -> Plan | str:
     """The plan for `shape` (model_spec.DecoderShape) on a GPU with `sm_count` SMs, or why there is none (a reason
-    that names the config field)."""
+    that names the config field). weight_bytes: bytes of one element of the four layer projections, 2 (bf16) or 1
+    (FP8: DecoderWeights.projection_bytes); the LM head is bf16 either way."""
+    if weight_bytes not in (1, 2):
+        raise ValueError(f"weight_bytes {weight_bytes} (2: bf16, 1: FP8)")
     c = CONFIG
     H, D, I = shape.hidden_size, shape.head_dim, shape.intermediate_size
     nh, nkv = shape.num_heads, shape.num_kv_heads
@@ -99,23 +133,25 @@ def make_plan(shape, sm_count: int) -> Plan | str:
     reason = tiling.shape_reason(H, nh, nkv, sm_count, n_lm)
     if reason is not None:
         return reason
-    specs = (
-        (H, (nh + 2 * nkv) * D, False),  # qkv
-        (nh * D, H, False),  # o_proj
-        (H, I, True),  # gate/up pairs
-        (I, H, False),  # down
-        (H, n_lm, False),  # lm head
+    wb = weight_bytes
+    specs = (  # (K, N, gate/up pairs, bytes per weight element)
+        (H, (nh + 2 * nkv) * D, False, wb),  # qkv
+        (nh * D, H, False, wb),  # o_proj
+        (H, I, True, wb),  # gate/up pairs
+        (I, H, False, wb),  # down
+        (H, n_lm, False, 2),  # lm head: bf16 in every model
     )
-    for name, field, (k, _, _) in zip(STAGE_NAMES, STAGE_K_FIELDS, specs):
-        reason = tiling.stage_input_reason(name, field, k)
+    for name, field, (k, _, _, eb) in zip(STAGE_NAMES, STAGE_K_FIELDS, specs):
+        reason = tiling.stage_input_reason(name, field, k, eb)
         if reason is not None:
             return reason
-    slot = slot_bytes_for(max(k * 2 * (2 if pair else 1) for k, _, pair in specs))
+    slot = slot_bytes_for(max(k * eb * (2 if pair else 1) + (fp8_tail_bytes(k, pair) if eb == 1 else 0)
+                              for k, _, pair, eb in specs))  # fmt: skip
     stages = []
-    for k, n, pair in specs:
-        nu = units_per_chunk(k, 2 if pair else 1, slot)
+    for k, n, pair, eb in specs:
+        nu = units_per_chunk(k, 2 if pair else 1, slot, eb)
         assert nu is not None  # the slot holds the longest unit
-        stages.append(StagePlan(k=k, n=n, nu=nu, chunks=math.ceil(n / nu), pair=pair))
+        stages.append(StagePlan(k=k, n=n, nu=nu, chunks=math.ceil(n / nu), pair=pair, elem_bytes=eb))
     for st in (1, 3):  # O and down preload the residual of every row they own
         rows = math.ceil(stages[st].chunks / sm_count) * stages[st].nu
         reason = tiling.residual_rows_reason(STAGE_NAMES[st], H, rows, sm_count)

@@ -4,7 +4,8 @@ What the kernel does differently from torch_step is only the order of floating-p
 attention: each of S context splits keeps (m, l, acc) in log2 units and the splits are combined
 (docs/monokernel.md). `split_attention` is that algebra in torch; `reference_step` runs a whole step recording
 every buffer the kernel writes; `expected_from_kernel` recomputes each buffer from the kernel's own upstream
-buffers (teacher forcing), so a GPU test can say which stage of which layer is wrong.
+buffers (teacher forcing), so a GPU test can say which stage of which layer is wrong. FP8 weights
+(DecoderWeights.fp8) go through torch_step.project: dequantised with their scales, fp32 sums, one bf16 rounding.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def _attention(w: DecoderWeights, lw, x: torch.Tensor, kv_cache: torch.Tensor, p
                block_table: torch.Tensor, num_splits: int):
     """QKV projection, qk-norm + RoPE, K/V append at `slot`, split attention over the context (kernel's schedule).
     Returns (qkv_out, q after norm/RoPE, split_attention's (out, m, l, acc))."""
-    qkv = torch_step.linear(x, lw.qkv, lw.qkv_bias)
+    qkv = torch_step.project(x, lw, "qkv", w.fp8, lw.qkv_bias)
     q, k, v = _qkv_split(w, qkv)
     q = norm_rope(w, q, lw.q_norm, pos)
     k = norm_rope(w, k, lw.k_norm, pos)
@@ -116,10 +117,10 @@ def reference_step(
         rec["qkv_out"], q, attn = _attention(weights, lw, x, kv_caches[i], pos, slot, block_table, num_splits)
         rec["q_out"] = q.reshape(-1)
         rec["attn_out"], rec["attn_m"], rec["attn_l"], rec["attn_acc"] = attn
-        rec["o_out"] = torch_step.linear(rec["attn_out"], lw.o_proj)
+        rec["o_out"] = torch_step.project(rec["attn_out"], lw, "o_proj", weights.fp8)
         h, rec["rmid"] = torch_step.add_rms_norm(rec["o_out"], rin, lw.post_norm, eps)
-        rec["act"] = torch_step.silu_and_mul(torch_step.linear(h, lw.gate_up))
-        rec["down_out"] = torch_step.linear(rec["act"], lw.down)
+        rec["act"] = torch_step.silu_and_mul(torch_step.project(h, lw, "gate_up", weights.fp8))
+        rec["down_out"] = torch_step.project(rec["act"], lw, "down", weights.fp8)
         rec["rin_next"] = (rec["down_out"].float() + rec["rmid"].float()).to(rin.dtype)
         rin = rec["rin_next"]
         recs.append(rec)
@@ -154,7 +155,7 @@ def expected_from_kernel(
         else:
             x = torch_step.add_rms_norm(got[i - 1]["down_out"], got[i - 1]["rmid"], lw.input_norm, eps)[0]
             rin = got[i - 1]["rin_next"]
-        e["qkv_out"] = torch_step.linear(x, lw.qkv, lw.qkv_bias)
+        e["qkv_out"] = torch_step.project(x, lw, "qkv", weights.fp8, lw.qkv_bias)
         q, k, v = _qkv_split(weights, g["qkv_out"])
         e["q_out"] = norm_rope(weights, q, lw.q_norm, pos).reshape(-1)
         e["k_new"] = norm_rope(weights, k, lw.k_norm, pos)
@@ -164,11 +165,11 @@ def expected_from_kernel(
         qg = g["q_out"].view(s.num_heads, s.head_dim)
         e["attn_out"], e["attn_m"], e["attn_l"], e["attn_acc"] = split_attention(qg, k_ctx, v_ctx, num_splits)
         e["attn_out_from_partials"] = combine_splits(g["attn_m"], g["attn_l"], g["attn_acc"]).to(emb.dtype).reshape(-1)
-        e["o_out"] = torch_step.linear(g["attn_out"], lw.o_proj)
+        e["o_out"] = torch_step.project(g["attn_out"], lw, "o_proj", weights.fp8)
         e["rmid"] = (g["o_out"].float() + rin.float()).to(emb.dtype)
         h = torch_step.add_rms_norm(g["o_out"], rin, lw.post_norm, eps)[0]
-        e["act"] = torch_step.silu_and_mul(torch_step.linear(h, lw.gate_up))
-        e["down_out"] = torch_step.linear(g["act"], lw.down)
+        e["act"] = torch_step.silu_and_mul(torch_step.project(h, lw, "gate_up", weights.fp8))
+        e["down_out"] = torch_step.project(g["act"], lw, "down", weights.fp8)
         e["rin_next"] = (g["down_out"].float() + g["rmid"].float()).to(emb.dtype)
         out.append(e)
     hf = torch_step.add_rms_norm(got[-1]["down_out"], got[-1]["rmid"], weights.final_norm, eps)[0]
@@ -207,12 +208,11 @@ def reference_step_tp(
         o_parts = []
         for r, w in enumerate(shards):
             attn = _attention(w, w.layers[i], x, kv_caches[r][i], pos, slot, block_table, num_splits)[2][0]
-            o_parts.append(torch_step.linear(attn, w.layers[i].o_proj))
+            o_parts.append(torch_step.project(attn, w.layers[i], "o_proj", w.fp8))
         o = allreduce_bf16(o_parts)
         h, rmid = torch_step.add_rms_norm(o, rin, shards[0].layers[i].post_norm, eps)
         d = allreduce_bf16(
-            [torch_step.linear(torch_step.silu_and_mul(torch_step.linear(h, w.layers[i].gate_up)), w.layers[i].down)
-             for w in shards]
+            [torch_step.mlp_block(w.layers[i], h, None, w.fp8) for w in shards]
         )  # fmt: skip
     hf = torch_step.add_rms_norm(d, rmid, shards[0].final_norm, eps)[0]
     logits = torch.cat([torch_step.linear(hf, w.lm_head[: lm_rows(w.shape)]) for w in shards])

@@ -1,7 +1,9 @@
 """Random-weight decoders and paged KV caches built directly on a device, in vLLM's layout (no vLLM needed).
 
 Used by the GPU kernel tests and benchmarks/bench_monokernel.py. Scales keep activations O(1): projections
-N(0, 1/in), embedding N(0, 1), norms 1 + N(0, 0.1^2).
+N(0, 1/in), embedding N(0, 1), norms 1 + N(0, 0.1^2). With `fp8` (a quant_format layout: tensor, channel, block)
+the same bf16 projections are quantised to float8 e4m3 by `kog make-checkpoint --fp8`'s quantiser, each fused
+matrix (qkv, gate_up) as one tensor, with fp32 scales in the kernel's layout (model_spec's module docstring).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import math
 import torch
 
 from kog_backend.path.model_spec import DecoderShape, DecoderWeights, LayerWeights, kv_cache_view
+from kog_backend.path.quant_format import LAYOUTS
 
 SHAPES = {
     # name: (arch, layers, hidden, heads, kv heads, head dim, intermediate, vocab, tied)
@@ -47,7 +50,22 @@ def rope_cache(max_position: int, head_dim: int, theta: float, device) -> torch.
     return torch.cat((f.cos(), f.sin()), dim=-1).to(torch.bfloat16)
 
 
-def random_decoder(shape: DecoderShape, device, seed: int = 0) -> DecoderWeights:
+def quantise_fp8(weight: torch.Tensor, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(float8_e4m3fn [N, K], fp32 scale) of a bf16 weight [N, K] in `layout`, as `kog make-checkpoint --fp8`
+    quantises it (fp8_checkpoints.quantise: amax / 448 per tensor, row or 128 x 128 block), the scale as vLLM holds
+    it after loading: float32 (a channel scale is rounded to bf16 on disk first, as the checkpoint stores it), [] /
+    [N, 1] / [ceil(N/128), ceil(K/128)], contiguous."""
+    from kog_backend.tools.fixtures.fp8_checkpoints import FORMATS, quantise
+
+    q, scale = quantise(weight, FORMATS[layout])
+    return q, scale.float().contiguous()
+
+
+def random_decoder(shape: DecoderShape, device, seed: int = 0, fp8: str | None = None) -> DecoderWeights:
+    """Random weights of `shape` on `device`; fp8: None (bf16 projections) or the FP8 layout of the four
+    projections (tensor, channel, block), quantised from the bf16 ones the same seed gives."""
+    if fp8 is not None and fp8 not in LAYOUTS:
+        raise ValueError(f"fp8 {fp8!r}: one of {LAYOUTS}")
     g = torch.Generator(device=device).manual_seed(seed)
     bf = torch.bfloat16
     H, D, I = shape.hidden_size, shape.head_dim, shape.intermediate_size
@@ -55,32 +73,43 @@ def random_decoder(shape: DecoderShape, device, seed: int = 0) -> DecoderWeights
     def proj(out_f, in_f):
         return (torch.randn(out_f, in_f, generator=g, device=device) * (1.0 / math.sqrt(in_f))).to(bf)
 
+    def layer_proj(out_f, in_f):
+        """{"w": weight} (bf16), or {"w": float8 weight, "s": its scale}."""
+        w = proj(out_f, in_f)
+        if fp8 is None:
+            return {"w": w, "s": None}
+        q, scale = quantise_fp8(w, fp8)
+        return {"w": q, "s": scale}
+
     def norm(n):
         return (1.0 + 0.1 * torch.randn(n, generator=g, device=device)).to(bf)
 
     layers = []
     for _ in range(shape.num_layers):
+        input_norm = norm(H)  # drawn in this order for every layout: the same seed gives the same bf16 weights
+        qkv = layer_proj((shape.num_heads + 2 * shape.num_kv_heads) * D, H)
+        q_norm = norm(D) if shape.qk_norm else None
+        k_norm = norm(D) if shape.qk_norm else None
+        o_proj = layer_proj(H, shape.num_heads * D)
+        post_norm = norm(H)
+        gate_up = layer_proj(2 * I, H)
+        down = layer_proj(H, I)
+        # Qwen2's trained biases are O(1) on K (larger than the projection): N(0, 0.5^2)
+        qkv_bias = (0.5 * torch.randn((shape.num_heads + 2 * shape.num_kv_heads) * D, generator=g,
+                                      device=device)).to(bf) if shape.qkv_bias else None  # fmt: skip
         layers.append(
             LayerWeights(
-                input_norm=norm(H),
-                qkv=proj((shape.num_heads + 2 * shape.num_kv_heads) * D, H),
-                q_norm=norm(D) if shape.qk_norm else None,
-                k_norm=norm(D) if shape.qk_norm else None,
-                o_proj=proj(H, shape.num_heads * D),
-                post_norm=norm(H),
-                gate_up=proj(2 * I, H),
-                down=proj(H, I),
-                # Qwen2's trained biases are O(1) on K (larger than the projection): N(0, 0.5^2)
-                qkv_bias=(0.5 * torch.randn((shape.num_heads + 2 * shape.num_kv_heads) * D, generator=g,
-                                            device=device)).to(bf) if shape.qkv_bias else None,
-            )
+                input_norm=input_norm, qkv=qkv["w"], q_norm=q_norm, k_norm=k_norm, o_proj=o_proj["w"],
+                post_norm=post_norm, gate_up=gate_up["w"], down=down["w"], qkv_bias=qkv_bias,
+                qkv_scale=qkv["s"], o_scale=o_proj["s"], gate_up_scale=gate_up["s"], down_scale=down["s"],
+            )  # fmt: skip
         )
     embed = torch.randn(shape.padded_vocab_local, H, generator=g, device=device).to(bf)
     lm_head = embed if shape.tied_embeddings else proj(shape.padded_vocab_local, H)
     theta = 1e6 if shape.arch in ("qwen3", "qwen2") else 5e5
     return DecoderWeights(
         shape=shape, embed=embed, layers=layers, final_norm=norm(H), lm_head=lm_head,
-        cos_sin=rope_cache(shape.max_position, D, theta, device),
+        cos_sin=rope_cache(shape.max_position, D, theta, device), fp8=fp8,
     )  # fmt: skip
 
 

@@ -30,6 +30,8 @@ def shard_decoder(w: DecoderWeights, rank: int, world: int) -> DecoderWeights:
     share of the padded vocabulary rows). Norms, RoPE cache and the embedding stay whole: the kernel reads the
     token's embedding row from a full table (vLLM shards it; the runner gathers it once, see Monokernel)."""
     s = w.shape
+    if w.fp8 is not None:
+        raise ValueError(f"FP8 weights ({w.fp8}): the FP8 kernel is TP = 1 only, no sharding here")
     if s.num_heads % world or s.num_kv_heads % world or s.intermediate_size % world:
         raise ValueError(
             f"heads {s.num_heads}/{s.num_kv_heads} or intermediate {s.intermediate_size} not divisible by {world}"

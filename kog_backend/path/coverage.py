@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kog_backend.monokernel.plan import Plan, make_plan
+from kog_backend.path import quant_format
 from kog_backend.path.gate import model as gate
 from kog_backend.path.gate.model import SUPPORTED_ARCHS
 from kog_backend.path.model_spec import DecoderShape
@@ -38,7 +39,7 @@ def shape_from_config(cfg: Mapping[str, Any], tp_size: int = 1) -> DecoderShape 
     reason = (
         gate.sliding_window_reason(cfg.get("sliding_window"), cfg.get("use_sliding_window"))
         or gate.rope_scaling_reason(cfg.get("rope_scaling") or cfg.get("rope_parameters"))
-        or gate.quantization_reason(cfg.get("quantization_config"))
+        or gate.quantization_reason(cfg.get("quantization_config"), None, tp_size)
         or gate.torch_dtype_reason(cfg.get("torch_dtype") or cfg.get("dtype"))
         or gate.config_bias_reason(arch, cfg.get("mlp_bias"), cfg.get("attention_bias"))
         or gate.head_dim_reason(D)
@@ -74,7 +75,8 @@ def verdict(cfg: Mapping[str, Any], sm_count: int = H100_SMS, tp_size: int = 1) 
     shape = shape_from_config(cfg, tp_size)
     if isinstance(shape, str):
         return Verdict(None, None, shape)
-    plan = make_plan(shape, sm_count)
+    fp8 = isinstance(quant_format.weight_format(cfg.get("quantization_config")), quant_format.Fp8Format)
+    plan = make_plan(shape, sm_count, weight_bytes=1 if fp8 else 2)
     if isinstance(plan, str):
         return Verdict(shape, None, plan)
     return Verdict(shape, plan, None)
@@ -84,7 +86,6 @@ def weight_bytes(cfg: Mapping[str, Any]) -> int:
     """Bytes of the stored parameters as vLLM holds them (tied embedding once): bf16, except the decoder layers'
     projections of a dense model with FP8 weights (quant_format.Fp8Format: one byte each; their scales, under 0.1%
     of those bytes even per channel, are not counted). Embedding, LM head and norms stay bf16 in every FP8 format."""
-    from kog_backend.path import quant_format
     from kog_backend.tools.bench.model_bytes import normalized
     from kog_backend.tools.fixtures.shapes import BF16_BYTES, param_count, projection_params
 

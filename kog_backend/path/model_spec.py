@@ -14,6 +14,10 @@ Shapes (TP-local, bf16, row-major [out, in]):
   norms       [H]
   lm_head     [V_pad/tp, H]        the same tensor as embed when tied
   cos_sin     [max_pos, D]         cos in [:, :D/2], sin in [:, D/2:], the model's dtype; llama3 scaling included
+FP8 weights (DecoderWeights.fp8: a quant_format layout, TP = 1): qkv, o_proj, gate_up and down are float8_e4m3fn
+[out, in] row-major (views of vLLM's loaded parameters, `.t()` of its [in, out] column-major ones for the tensor
+and channel layouts), each with its fp32 scale: tensor [] or [1]; channel [out, 1]; block [ceil(out/128),
+ceil(in/128)]. Embedding, LM head, norms and qkv_bias stay bf16.
 KV cache per layer: logical [num_blocks, nkv, block_size, 2 D] (K in [..., :D], V in [..., D:]); read its
 strides, the memory order is NHD by default but HND under VLLM_KV_CACHE_LAYOUT or a KV connector.
 """
@@ -25,10 +29,12 @@ from typing import Any
 
 import torch
 
+from kog_backend.path import quant_format
 from kog_backend.path.gate import kv_cache as kv_gate
 from kog_backend.path.gate import model as model_gate
 from kog_backend.path.gate.model import SUPPORTED_ARCHS, SUPPORTED_HEAD_DIMS  # noqa: F401  (read here by tools, tests)
 from kog_backend.path.gate.server import model_dtype_reason
+from kog_backend.path.quant_format import Fp8Format
 
 
 class UnsupportedModel(Exception):
@@ -90,6 +96,16 @@ class LayerWeights:
     gate_up: torch.Tensor
     down: torch.Tensor
     qkv_bias: torch.Tensor | None = None  # [(nh + 2 nkv) D], Qwen2
+    # FP8 weights' fp32 scales (None for bf16 weights), laid out by DecoderWeights.fp8 (module docstring); gate_up's
+    # rows are gate | up, as its weight's.
+    qkv_scale: torch.Tensor | None = None
+    o_scale: torch.Tensor | None = None
+    gate_up_scale: torch.Tensor | None = None
+    down_scale: torch.Tensor | None = None
+
+
+# LayerWeights projection -> the field of its FP8 scale
+SCALE_FIELDS = {"qkv": "qkv_scale", "o_proj": "o_scale", "gate_up": "gate_up_scale", "down": "down_scale"}
 
 
 @dataclasses.dataclass
@@ -100,14 +116,26 @@ class DecoderWeights:
     final_norm: torch.Tensor
     lm_head: torch.Tensor
     cos_sin: torch.Tensor
+    fp8: str | None = None  # None: bf16 projections; else their FP8 layout (quant_format.LAYOUTS)
+
+    @property
+    def projection_bytes(self) -> int:
+        """Bytes of one element of the four layer projections: 2 (bf16) or 1 (FP8); plan.make_plan's weight_bytes."""
+        return 1 if self.fp8 is not None else 2
 
     def weight_bytes_per_token(self) -> int:
-        """Bytes of weights one decode step reads (embedding: one row; tied LM head counted once)."""
-        n = sum(t.numel() * t.element_size() for lw in self.layers for t in dataclasses.astuple(lw) if t is not None)
+        """Bytes of weights one decode step reads (embedding: one row; tied LM head counted once; FP8 projections at
+        one byte per element, plus their fp32 scales)."""
+        n = sum(t.numel() * t.element_size() for lw in self.layers for t in _tensors(lw) if t is not None)
         n += self.lm_head.numel() * self.lm_head.element_size()
         n += self.final_norm.numel() * self.final_norm.element_size()
         n += self.embed.shape[1] * self.embed.element_size()
         return n
+
+
+def _tensors(lw: LayerWeights) -> list[torch.Tensor | None]:
+    """A layer's tensors, the same objects (dataclasses.astuple would deep-copy them)."""
+    return [getattr(lw, f.name) for f in dataclasses.fields(lw)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,9 +180,11 @@ def from_vllm_model(model: torch.nn.Module, vllm_config: Any) -> DecoderWeights:
     params = {n: p for n, p in model.named_parameters()}
     quantised = [n for n, p in params.items() if p.dtype not in (torch.bfloat16, torch.float16, torch.float32)]
     first = next(iter(quantised), None)
-    _refuse(model_gate.quantization_reason(
-        getattr(hf, "quantization_config", None),
-        vllm_config.model_config.quantization or (f"{params[first].dtype} parameter {first}" if first else None)))
+    qcfg = getattr(hf, "quantization_config", None)
+    method = vllm_config.model_config.quantization or (f"{params[first].dtype} parameter {first}" if first else None)
+    tp_size = vllm_config.parallel_config.tensor_parallel_size
+    _refuse(model_gate.quantization_reason(qcfg, method, tp_size))
+    fmt = quant_format.weight_format(qcfg, method)  # an Fp8Format the gate took, or None (bf16)
     dtype = vllm_config.model_config.dtype
     _refuse(model_dtype_reason(dtype))
 
@@ -163,17 +193,22 @@ def from_vllm_model(model: torch.nn.Module, vllm_config: Any) -> DecoderWeights:
     for i, layer in enumerate(inner.layers):
         attn, mlp = layer.self_attn, layer.mlp
         _refuse(model_gate.mlp_reason(i, mlp))
+        projections = {"qkv": attn.qkv_proj, "o_proj": attn.o_proj, "gate_up": mlp.gate_up_proj,
+                       "down": mlp.down_proj}  # fmt: skip
+        if fmt is None:
+            views = {name: m.weight for name, m in projections.items()}
+        else:
+            views = {}
+            for name, m in projections.items():
+                views[name], views[SCALE_FIELDS[name]] = fp8_projection(fmt, m, f"layer {i} {name}")
         layers.append(
             LayerWeights(
                 input_norm=layer.input_layernorm.weight,
-                qkv=attn.qkv_proj.weight,
                 q_norm=attn.q_norm.weight if hasattr(attn, "q_norm") else None,
                 k_norm=attn.k_norm.weight if hasattr(attn, "k_norm") else None,
-                o_proj=attn.o_proj.weight,
                 post_norm=layer.post_attention_layernorm.weight,
-                gate_up=mlp.gate_up_proj.weight,
-                down=mlp.down_proj.weight,
                 qkv_bias=getattr(attn.qkv_proj, "bias", None),
+                **views,
             )
         )
     head_dim = attn0.head_dim
@@ -222,4 +257,28 @@ def from_vllm_model(model: torch.nn.Module, vllm_config: Any) -> DecoderWeights:
         final_norm=inner.norm.weight,
         lm_head=lm_head,
         cos_sin=cos_sin,
+        fp8=fmt.layout if fmt is not None else None,
     )
+
+
+def fp8_projection(fmt: Fp8Format, module: Any, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weight, scale) of one FP8 projection as the kernel reads them, views of a vLLM linear module's parameters
+    after process_weights_after_loading (vLLM 0.26 on sm_90; the venv's vllm/model_executor/...):
+
+      tensor   weight [K, N] column-major (strides (1, K)): the `.t()` of row-major [N, K] storage
+               (layers/quantization/fp8.py Fp8LinearMethod.process_weights_after_loading, or online/fp8.py for
+               --quantization fp8; compressed_tensors_w8a8_fp8.py for compressed-tensors); weight_scale fp32 [] (one
+               per module: a fused module's shards requantised to their largest scale at load,
+               utils/w8a8_utils.py requantize_with_max_scale) or [1] (online)
+      channel  the same weight; weight_scale fp32 [N, 1], the shards' rows concatenated
+      block    weight [N, K] row-major (kernels/linear/scaled_mm/BlockScaledMMLinearKernel.py); weight_scale_inv
+               (fp8) or weight_scale (compressed-tensors) fp32 [ceil(N/128), ceil(K/128)] row-major, a multiplier
+
+    N, K: the module's logical output_size_per_partition / input_size_per_partition. What the kernel cannot read is
+    refused here (the gate's reason): CUTLASS's padding of K or N to a multiple of 16
+    (kernels/linear/scaled_mm/cutlass.py), Marlin's int32 tiles (VLLM_TEST_FORCE_FP8_MARLIN, or a weight-only
+    compressed-tensors scheme), a projection left bf16 by an ignore list, a missing or re-laid-out scale."""
+    n, k = int(module.output_size_per_partition), int(module.input_size_per_partition)
+    weight, scale = module.weight, getattr(module, fmt.scale_name, None)
+    _refuse(model_gate.fp8_loaded_reason(fmt, name, weight, scale, n, k))
+    return (weight if fmt.layout == "block" else weight.t()), scale

@@ -71,9 +71,7 @@ class Fp8Format:
 
     def describe(self) -> str:
         """The layout as reasons and docs name it."""
-        if self.layout == "block":
-            return f"block {BLOCK[0]}x{BLOCK[1]}"
-        return f"{self.layout}, quantised at load" if self.online else self.layout
+        return f"{self.layout}, quantised at load" if self.online else layout_name(self.layout)
 
     def is_quantised(self, weight_name: str) -> bool:
         """A decoder projection's `.weight` that the format stores in FP8 (not listed as ignored)."""
@@ -81,6 +79,11 @@ class Fp8Format:
             return False
         module = weight_name.removesuffix(".weight")
         return not any(_ignores(ig, module) for ig in self.ignored)
+
+
+def layout_name(layout: str) -> str:
+    """A layout as reasons and docs name it: tensor, channel, block 128x128."""
+    return f"block {BLOCK[0]}x{BLOCK[1]}" if layout == "block" else layout
 
 
 def _ignores(entry: str, module: str) -> bool:

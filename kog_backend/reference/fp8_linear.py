@@ -66,6 +66,10 @@ def linear_fp32(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, layo
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, layout: str,
-           out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    """linear_fp32 rounded once to out_dtype (bf16: what the kernel writes, as torch_step.linear for bf16)."""
-    return linear_fp32(x, weight, scale, layout).to(out_dtype)
+           out_dtype: torch.dtype = torch.bfloat16, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """linear_fp32 (+ bias, bf16 [N], joining the fp32 sum) rounded once to out_dtype (bf16: what the kernel writes,
+    as torch_step.linear for bf16 weights)."""
+    y = linear_fp32(x, weight, scale, layout)
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(out_dtype)

@@ -84,6 +84,7 @@ class MoeDecoderWeights:
     final_norm: torch.Tensor  # [H]
     lm_head: torch.Tensor  # [V, H]
     cos_sin: torch.Tensor  # [max_pos, D], cos | sin
+    fp8: None = None  # bf16 projections; torch_step's projections read the field (DecoderWeights.fp8)
 
 
 @dataclasses.dataclass(frozen=True)

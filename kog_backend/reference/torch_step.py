@@ -6,7 +6,8 @@ FlashAttention) so that greedy tokens agree with stock up to bf16 rounding of di
 
   rms_norm        y = bf16(x_f32 * rsqrt(mean(x_f32^2) + eps)) * w                        (product rounded to bf16)
   add_rms_norm    s = x_f32 + r_f32; residual' = bf16(s); y = rms_norm recipe applied to s (unrounded)
-  linear          fp32 accumulation, bf16 output
+  linear          fp32 accumulation, bf16 output; FP8 weights (DecoderWeights.fp8): dequantised to fp32 with their
+                  scales, then the same (kog_backend.reference.fp8_linear; `project` picks)
   qk-norm         rms_norm per head on q and k, before RoPE (Qwen3)
   rope (neox)     fp32 from bf16 x and bf16 cos/sin, one rounding to bf16
   attention       fp32 scores * D^-0.5, fp32 softmax, fp32 P.V, bf16 output
@@ -24,7 +25,8 @@ from collections.abc import Callable
 
 import torch
 
-from kog_backend.path.model_spec import DecoderWeights, KVCacheView, LayerWeights, kv_cache_view
+from kog_backend.path.model_spec import SCALE_FIELDS, DecoderWeights, KVCacheView, LayerWeights, kv_cache_view
+from kog_backend.reference import fp8_linear
 
 AllReduce = Callable[[torch.Tensor], torch.Tensor]
 Index = int | torch.Tensor  # a host int or a 0-dim integer tensor on the device
@@ -53,6 +55,17 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -
     return y.to(w.dtype)
 
 
+def project(x: torch.Tensor, lw: LayerWeights, name: str, fp8: str | None,
+            bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [..., in] through layer projection `name` (qkv, o_proj, gate_up, down) (+ bias): `linear` for bf16
+    weights; for FP8 weights (fp8: DecoderWeights.fp8, the scales' layout) fp8_linear's dequantised fp32 product,
+    the bias joining the fp32 sum, rounded once to bf16."""
+    w = getattr(lw, name)
+    if fp8 is None:
+        return linear(x, w, bias)
+    return fp8_linear.linear(x, w, getattr(lw, SCALE_FIELDS[name]), fp8, bias=bias)
+
+
 def rope(x: torch.Tensor, cos_sin: torch.Tensor, position: Index) -> torch.Tensor:
     """Neox-style rotation of x [heads, D] at `position`; cos_sin [max_pos, D] = cos | sin."""
     d2 = x.shape[-1] // 2
@@ -69,7 +82,7 @@ def qkv_rope(
     """Fused QKV projection (+ Qwen2's bias), Qwen3 qk-norm, RoPE. Returns q [nh, D], k [nkv, D], v [nkv, D]
     (bf16)."""
     s = weights.shape
-    qkv = linear(x, lw.qkv, lw.qkv_bias)
+    qkv = project(x, lw, "qkv", weights.fp8, lw.qkv_bias)
     q = qkv[: s.q_size].view(s.num_heads, s.head_dim)
     k = qkv[s.q_size : s.q_size + s.kv_size].view(s.num_kv_heads, s.head_dim)
     v = qkv[s.q_size + s.kv_size :].view(s.num_kv_heads, s.head_dim)
@@ -130,12 +143,14 @@ def attention_block(
     q, k, v = qkv_rope(lw, x, weights, position)
     append_kv(cache, k, v, slot)
     k_ctx, v_ctx = gather_context(cache, block_table, max_seq_len)
-    out = linear(decode_attention(q, k_ctx, v_ctx, position), lw.o_proj)
+    out = project(decode_attention(q, k_ctx, v_ctx, position), lw, "o_proj", weights.fp8)
     return all_reduce(out) if all_reduce is not None else out
 
 
-def mlp_block(lw: LayerWeights, x: torch.Tensor, all_reduce: AllReduce | None) -> torch.Tensor:
-    out = linear(silu_and_mul(linear(x, lw.gate_up)), lw.down)
+def mlp_block(lw: LayerWeights, x: torch.Tensor, all_reduce: AllReduce | None,
+              fp8: str | None = None) -> torch.Tensor:
+    """Gate/up, SiLU-and-mul, down; fp8: DecoderWeights.fp8 (None: bf16 weights)."""
+    out = project(silu_and_mul(project(x, lw, "gate_up", fp8)), lw, "down", fp8)
     return all_reduce(out) if all_reduce is not None else out
 
 
@@ -161,7 +176,7 @@ def decode_hidden(
     `mlp(layer_weights, x)`: the block after the post-attention norm, mlp_block by default (moe_step passes its
     MoE block)."""
     if mlp is None:
-        mlp = lambda lw, x: mlp_block(lw, x, all_reduce)  # noqa: E731
+        mlp = lambda lw, x: mlp_block(lw, x, all_reduce, weights.fp8)  # noqa: E731
     s = weights.shape
     residual = embedded
     x = rms_norm(residual, weights.layers[0].input_norm, s.rms_eps)

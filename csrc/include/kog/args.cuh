@@ -13,8 +13,11 @@ namespace kog {
 
 using bf16 = __nv_bfloat16;
 
-// One decoder layer: views of vLLM's TP-local bf16 weights ([out, in] row-major, contiguous), this layer's KV
-// cache, and this layer's scratch (written every step; kept per layer so each stage can be checked on its own).
+// One decoder layer: views of vLLM's TP-local weights ([out, in] row-major, contiguous), this layer's KV cache, and
+// this layer's scratch (written every step; kept per layer so each stage can be checked on its own). The four
+// projections (qkv, o_proj, gate_up, down) are bf16, or in an FP8 kernel (ModelArgs::fp8_scaling > 0) float8 e4m3
+// bytes ([out, in] row-major, `in` bytes per row, typed bf16* here only as an address) with their fp32 scales in
+// ModelArgs::fp8_scales.
 struct LayerArgs {
   const bf16* input_norm;  // [H]
   const bf16* qkv;         // [(nh + 2 nkv) D, H], rows Q | K | V
@@ -37,6 +40,16 @@ struct LayerArgs {
   bf16* down_out;          // [H]
   bf16* rin_next;          // [H]  residual entering the next layer: bf16(down + rmid)
   const bf16* qkv_bias;    // [(nh + 2 nkv) D] or null (Qwen2's QKV bias, added in the QKV epilogue)
+};
+
+// One decoder layer's FP8 weight scales (fp32, vLLM's loaded weight_scale / weight_scale_inv), laid out by
+// ModelArgs::fp8_scaling for a projection of N rows and K columns: [1]; [N]; [ceil(N / 128), ceil(K / 128)] (fp8.cuh).
+// A table of their own, so that the bf16 kernels' layer tables (and their code) do not carry them.
+struct Fp8LayerScales {
+  const float* qkv;
+  const float* o_proj;
+  const float* gate_up;  // rows gate | up, as the weight's
+  const float* down;
 };
 
 struct ModelArgs {
@@ -111,6 +124,12 @@ struct ModelArgs {
   // Bytes of one weight-ring slot (plan.py): MonoConfig::kSlotBytes, or more where one unit's row (a down row of
   // I = 17408 .. 27648, 34-54 KiB) does not fit it; a multiple of 1 KiB.
   int64_t slot_bytes;
+  // The decoder layers' projection weights (fp8.cuh): kFp8None (0) bf16; else float8 e4m3 with one fp32 scale per
+  // matrix (kFp8PerTensor), per output row (kFp8PerRow) or per 128 x 128 block (kFp8Block128). An FP8 table needs
+  // the FP8 kernel instantiation (MonokernelLaunch::fp8_weights) and the reverse. Embedding, LM head and norms are
+  // bf16 in every kernel.
+  int64_t fp8_scaling;
+  const Fp8LayerScales* fp8_scales;  // [num_layers], or null for bf16 weights
 };
 
 // ModelArgs fields the consumers read right after a hand-off's wait (and the loader at each stage change), copied

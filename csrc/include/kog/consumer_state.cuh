@@ -10,6 +10,7 @@
 #include "kog/attention.cuh"
 #include "kog/config.cuh"
 #include "kog/diagnostics.cuh"
+#include "kog/fp8.cuh"
 #include "kog/handoff_hold.cuh"
 #include "kog/penalties.cuh"
 #include "kog/smem_header.cuh"
@@ -53,8 +54,10 @@ struct LaunchFlag<false> {
 // What every consumer step reads: the launch's arguments, read once at its start, in the order the single-function
 // run_consumers read them (the order of these loads is part of the code NVVM emits). Only values known at run time
 // are fields (see TpRanks, LaunchFlag).
-template <int D, int HP, bool kSampled, bool kTP>
-struct Consumers {
+// The layer projections' FP8 scaling (fp8.cuh) is a base, Consumers::fp8: empty in a bf16 kernel, so that its
+// Consumers has the layout (and the code) it has without FP8.
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
+struct Consumers : Fp8Mode<kFp8> {
   const ModelArgs& m;
   const StepArgs& step;
   SmemHeader& hdr;
@@ -87,7 +90,8 @@ struct Consumers {
 
   __device__ __forceinline__ Consumers(const ModelArgs& m_, const StepArgs& step_, SmemHeader& hdr_, bf16* x_s_,
                                        float* work_, uint8_t* ring_base_, uint32_t epoch0_)
-      : m(m_),
+      : Fp8Mode<kFp8>(kFp8 ? m_.fp8_scaling : int64_t{0}),
+        m(m_),
         step(step_),
         hdr(hdr_),
         x_s(x_s_),

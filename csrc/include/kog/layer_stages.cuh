@@ -26,8 +26,8 @@ namespace kog {
 // Layer l's table into shared memory, SmemHeader::lay[l & 1] (the previous layer's stays in the other slot): the stage
 // prologues read its pointers right after their waits, whose acquire invalidates L1, so from the global table each
 // read would be an L2 round trip before the hand-off's data loads could even be issued.
-template <int D, int HP, bool kSampled, bool kTP>
-__device__ __forceinline__ void layer_table_to_smem(const Consumers<D, HP, kSampled, kTP>& c, int l) {
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
+__device__ __forceinline__ void layer_table_to_smem(const Consumers<D, HP, kSampled, kTP, kFp8>& c, int l) {
   SmemHeader& hdr = c.hdr;
   const int tid = c.tid;
   // The barrier first: every thread is past its reads of layer l - 2's copy. Warp 1 copies while thread 0 already
@@ -38,7 +38,23 @@ __device__ __forceinline__ void layer_table_to_smem(const Consumers<D, HP, kSamp
     reinterpret_cast<uint64_t*>(&hdr.lay[l & 1])[tid - 32] =
         __ldg(reinterpret_cast<const uint64_t*>(hdr.hot.layers + l) + (tid - 32));
   }
+  if constexpr (kFp8) {  // and its FP8 scale pointers (Fp8LayerScales: 4 words)
+    constexpr int kWords = static_cast<int>(sizeof(Fp8LayerScales) / 8);
+    static_assert(kLayerArgsWords + kWords <= 32, "warp 1 copies both tables");
+    if (tid >= 32 + kLayerArgsWords && tid < 32 + kLayerArgsWords + kWords) {
+      const int i = tid - 32 - kLayerArgsWords;
+      reinterpret_cast<uint64_t*>(&hdr.fp8_lay[l & 1])[i] =
+          __ldg(reinterpret_cast<const uint64_t*>(c.m.fp8_scales + l) + i);
+    }
+  }
   if (l == 0) consumer_sync();
+}
+
+// Layer l's FP8 scale pointers (copied with its table); a bf16 kernel reads none (nulls, no load).
+template <bool kFp8>
+__device__ __forceinline__ Fp8LayerScales fp8_scale(const SmemHeader& hdr, int l) {
+  if constexpr (kFp8) return hdr.fp8_lay[l & 1];
+  return Fp8LayerScales{nullptr, nullptr, nullptr, nullptr};
 }
 
 // The stages below run this block's chunks of their weight matrix: c0, c0 + G, ... (`mine` of them, > 0); the
@@ -47,8 +63,8 @@ __device__ __forceinline__ void layer_table_to_smem(const Consumers<D, HP, kSamp
 // QKV projection of rmsnorm(residual): the residual is the embedding row at layer 0, else the previous layer's
 // down output + rmid (under TP: the sum of every rank's down partials). Output qkv_out (bf16 [(nh + 2 nkv) D]),
 // and its tagged words in a TP = 1 kernel.
-template <int D, int HP, bool kSampled, bool kTP>
-__device__ __forceinline__ void qkv_stage(const Consumers<D, HP, kSampled, kTP>& c, Ring& ring, const TokenStep& tk,
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
+__device__ __forceinline__ void qkv_stage(const Consumers<D, HP, kSampled, kTP, kFp8>& c, Ring& ring, const TokenStep& tk,
                                           const LayerStep& ly, int c0, int mine) {
   using C = MonoConfig;
   constexpr bool tagged_qkv = tagged_attention_chain<kTP>();
@@ -69,18 +85,18 @@ __device__ __forceinline__ void qkv_stage(const Consumers<D, HP, kSampled, kTP>&
   if constexpr (tagged_qkv) {
     uint32_t* const qkv_t = ly.tagged_l + c.I;
     const uint32_t tag = handoff_tag(tk.e);
-    consume_stage<false>(c.m, c.hdr, ring, c.x_s, C::kStageQKV, c0, [=](int r, int, float v, float) {
+    consume_stage<false, kFp8>(c.m, c.hdr, ring, c.x_s, C::kStageQKV, c0, [=](int r, int, float v, float) {
       if (qkv_bias != nullptr) v += bf2f(reinterpret_cast<const uint16_t*>(qkv_bias)[r]);
       st_bf16(qkv_out, r, v);
       st_relaxed_u32(qkv_t + r, tagged_word(tag, v));
-    }, c.tr, t, l, kEvQkvLanded);
+    }, c.tr, t, l, kEvQkvLanded, c.fp8_mode, fp8_scale<kFp8>(c.hdr, l).qkv);
     // The attention splits poll the words: no release.
     consumer_signal_relaxed(c.ctrs, layer_counter_index(l, c.nkv, C::kStageQKV), static_cast<uint32_t>(mine));
   } else {
-    consume_stage<false>(c.m, c.hdr, ring, c.x_s, C::kStageQKV, c0, [=](int r, int, float v, float) {
+    consume_stage<false, kFp8>(c.m, c.hdr, ring, c.x_s, C::kStageQKV, c0, [=](int r, int, float v, float) {
       if (qkv_bias != nullptr) v += bf2f(reinterpret_cast<const uint16_t*>(qkv_bias)[r]);
       st_bf16(qkv_out, r, v);
-    }, c.tr, t, l, kEvQkvLanded);
+    }, c.tr, t, l, kEvQkvLanded, c.fp8_mode, fp8_scale<kFp8>(c.hdr, l).qkv);
     consumer_signal<kRelaxQKV>(c.ctrs, layer_counter_index(l, c.nkv, C::kStageQKV), static_cast<uint32_t>(mine));
   }
   c.handed_off(t, l, C::kStageQKV, kEvQkvDone);
@@ -89,8 +105,8 @@ __device__ __forceinline__ void qkv_stage(const Consumers<D, HP, kSampled, kTP>&
 // This block's attention split of the layer (+ the combine, by the last split of the KV head to finish):
 // attention.cuh. Run by the blocks with a split (Consumers::has_task) only; it streams no weights. qkv_t / attn_t:
 // the layer's tagged q / k / v and attention-output words (null where the chain goes through counters).
-template <int D, int HP, bool kSampled, bool kTP>
-__device__ __forceinline__ void attention_stage(const Consumers<D, HP, kSampled, kTP>& c, const TokenStep& tk,
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
+__device__ __forceinline__ void attention_stage(const Consumers<D, HP, kSampled, kTP, kFp8>& c, const TokenStep& tk,
                                                 const AttnTask& task, const LayerStep& ly, const uint32_t* qkv_t,
                                                 uint32_t* attn_t) {
   using C = MonoConfig;
@@ -109,8 +125,8 @@ __device__ __forceinline__ void attention_stage(const Consumers<D, HP, kSampled,
 // O projection of the attention output, + the residual: o_out = bf16(o), rmid = bf16(o + rin) (under TP: this
 // rank's partial o to every rank's layer_parts, which the gate/up and down stages sum). qkv_mine: the block's
 // chunks of this layer's QKV stage.
-template <int D, int HP, bool kSampled, bool kTP>
-__device__ __forceinline__ void o_stage(const Consumers<D, HP, kSampled, kTP>& c, Ring& ring, const TokenStep& tk,
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
+__device__ __forceinline__ void o_stage(const Consumers<D, HP, kSampled, kTP, kFp8>& c, Ring& ring, const TokenStep& tk,
                                         const LayerStep& ly, int c0, int mine, int qkv_mine) {
   using C = MonoConfig;
   constexpr bool tagged_attn = tagged_attn_output<kTP>();
@@ -141,7 +157,7 @@ __device__ __forceinline__ void o_stage(const Consumers<D, HP, kSampled, kTP>& c
   const float* const resid = hdr.resid;
   bf16* const part = layer_parts(c.m, l, kPartO, W, H) + static_cast<size_t>(c.tp.rank) * H;
   const int64_t* const delta = c.delta;
-  consume_stage<false>(c.m, hdr, ring, c.x_s, C::kStageO, c0, [=](int r, int k, float v, float) {
+  consume_stage<false, kFp8>(c.m, hdr, ring, c.x_s, C::kStageO, c0, [=](int r, int k, float v, float) {
     const float o = round_bf16(v);
     if constexpr (kTP) {
       push_partial(part, r, o, W, delta);
@@ -149,7 +165,7 @@ __device__ __forceinline__ void o_stage(const Consumers<D, HP, kSampled, kTP>& c
       st_bf16(o_out, r, o);
       st_bf16(rmid, r, o + resid[k]);
     }
-  }, c.tr, t, l, kEvOLanded);
+  }, c.tr, t, l, kEvOLanded, c.fp8_mode, fp8_scale<kFp8>(c.hdr, l).o_proj);
   if (kTP) {
     consumer_signal_ranks(c.ctrs, layer_counter_index(l, nkv, C::kStageO), static_cast<uint32_t>(mine), W, delta);
   } else {
@@ -160,8 +176,8 @@ __device__ __forceinline__ void o_stage(const Consumers<D, HP, kSampled, kTP>& c
 
 // gate/up of rmsnorm(o + rin): act = bf16(SiLU(gate) * up) (bf16 [I]), and its tagged words when the gate/up ->
 // down hand-off goes through them (Consumers::tagged_gu).
-template <int D, int HP, bool kSampled, bool kTP>
-__device__ __forceinline__ void gate_up_stage(const Consumers<D, HP, kSampled, kTP>& c, Ring& ring,
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
+__device__ __forceinline__ void gate_up_stage(const Consumers<D, HP, kSampled, kTP, kFp8>& c, Ring& ring,
                                               const TokenStep& tk, const LayerStep& ly, int c0, int mine) {
   using C = MonoConfig;
   const int t = tk.t, l = ly.l, H = c.H, W = c.tp.W, nkv = c.nkv;
@@ -178,17 +194,17 @@ __device__ __forceinline__ void gate_up_stage(const Consumers<D, HP, kSampled, k
   if (c.tagged_gu.on) {  // (a loop of its own: the default loop keeps its register budget)
     uint32_t* const act_t = ly.tagged_l;
     const uint32_t tag = handoff_tag(tk.e);
-    consume_stage<true>(c.m, c.hdr, ring, c.x_s, C::kStageGU, c0, [=](int r, int, float vg, float vu) {
+    consume_stage<true, kFp8>(c.m, c.hdr, ring, c.x_s, C::kStageGU, c0, [=](int r, int, float vg, float vu) {
       const float a = silu_mul(vg, vu);
       st_bf16(act, r, a);
       st_relaxed_u32(act_t + r, tagged_word(tag, a));
-    }, c.tr, t, l, kEvGuLanded);
+    }, c.tr, t, l, kEvGuLanded, c.fp8_mode, fp8_scale<kFp8>(c.hdr, l).gate_up);
     // No release: the down stage reads the tagged words, not this counter.
     consumer_signal_relaxed(c.ctrs, layer_counter_index(l, nkv, C::kStageGU), static_cast<uint32_t>(mine));
   } else {
-    consume_stage<true>(c.m, c.hdr, ring, c.x_s, C::kStageGU, c0, [=](int r, int, float vg, float vu) {
+    consume_stage<true, kFp8>(c.m, c.hdr, ring, c.x_s, C::kStageGU, c0, [=](int r, int, float vg, float vu) {
       st_bf16(act, r, silu_mul(vg, vu));
-    }, c.tr, t, l, kEvGuLanded);
+    }, c.tr, t, l, kEvGuLanded, c.fp8_mode, fp8_scale<kFp8>(c.hdr, l).gate_up);
     consumer_signal<kRelaxGU>(c.ctrs, layer_counter_index(l, nkv, C::kStageGU), static_cast<uint32_t>(mine));
   }
   c.handed_off(t, l, C::kStageGU, kEvGuDone);
@@ -197,8 +213,8 @@ __device__ __forceinline__ void gate_up_stage(const Consumers<D, HP, kSampled, k
 // down projection of act, + the residual: down_out = bf16(d), rin_next = bf16(d + rmid), the next layer's input
 // (under TP: this rank's partial d to every rank's layer_parts, which the next QKV and O stages sum). gu_mine: the
 // block's chunks of this layer's gate/up stage.
-template <int D, int HP, bool kSampled, bool kTP>
-__device__ __forceinline__ void down_stage(const Consumers<D, HP, kSampled, kTP>& c, Ring& ring, const TokenStep& tk,
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
+__device__ __forceinline__ void down_stage(const Consumers<D, HP, kSampled, kTP, kFp8>& c, Ring& ring, const TokenStep& tk,
                                            const LayerStep& ly, int c0, int mine, int gu_mine) {
   using C = MonoConfig;
   const int t = tk.t, l = ly.l, H = c.H, W = c.tp.W, nkv = c.nkv;
@@ -223,7 +239,7 @@ __device__ __forceinline__ void down_stage(const Consumers<D, HP, kSampled, kTP>
   const float* const resid = hdr.resid;
   bf16* const part = layer_parts(c.m, l, kPartDown, W, H) + static_cast<size_t>(c.tp.rank) * H;
   const int64_t* const delta = c.delta;
-  consume_stage<false>(c.m, hdr, ring, c.x_s, C::kStageDown, c0, [=](int r, int k, float v, float) {
+  consume_stage<false, kFp8>(c.m, hdr, ring, c.x_s, C::kStageDown, c0, [=](int r, int k, float v, float) {
     const float d = round_bf16(v);
     if constexpr (kTP) {
       push_partial(part, r, d, W, delta);
@@ -231,7 +247,7 @@ __device__ __forceinline__ void down_stage(const Consumers<D, HP, kSampled, kTP>
       st_bf16(down_out, r, d);
       st_bf16(rin_next, r, d + resid[k]);
     }
-  }, c.tr, t, l, kEvDownLanded);
+  }, c.tr, t, l, kEvDownLanded, c.fp8_mode, fp8_scale<kFp8>(c.hdr, l).down);
   if (kTP) {
     consumer_signal_ranks(c.ctrs, layer_counter_index(l, nkv, C::kStageDown), static_cast<uint32_t>(mine), W, delta);
   } else {

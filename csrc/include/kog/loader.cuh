@@ -8,6 +8,7 @@
 #include "kog/attention.cuh"
 #include "kog/config.cuh"
 #include "kog/diagnostics.cuh"
+#include "kog/fp8.cuh"
 #include "kog/gemv.cuh"
 #include "kog/handoff_hold.cuh"
 #include "kog/schedule.cuh"
@@ -29,13 +30,37 @@ __device__ __forceinline__ const bf16* stage_weight(const HotArgs& h, const Laye
   }
 }
 
+// The fp32 scales of a layer stage's FP8 weight (fp8.cuh).
+__device__ __forceinline__ const float* stage_scale(const Fp8LayerScales& f, int st) {
+  switch (st) {
+    case MonoConfig::kStageQKV: return f.qkv;
+    case MonoConfig::kStageO: return f.o_proj;
+    case MonoConfig::kStageGU: return f.gate_up;
+    default: return f.down;
+  }
+}
+
+// A cursor's FP8 state (kFp8): the scales of its stage's weight and the launch's scale table; empty in a bf16 kernel,
+// whose cursors keep the layout (and the code) they have without FP8.
+template <bool kFp8>
+struct Fp8CursorState {
+  const float* s;             // the stage's scales: read once per stage, not per chunk
+  const Fp8LayerScales* fp8;  // ModelArgs::fp8_scales
+};
+template <>
+struct Fp8CursorState<false> {};
+
 // This block's chunks in schedule order: token t, layer l, stage st (QKV, O, GU, down per layer, then LM), chunk c.
-struct ChunkCursor {
+// kFp8: the layer stages' weights are FP8 rows with scales (fp8.cuh); the LM head's are bf16.
+template <bool kFp8>
+struct ChunkCursor : Fp8CursorState<kFp8> {
   int t, l, st, c, base;
   bool done;
   const bf16* w;  // weight matrix of stage (l, st): read from global memory once per stage, not per chunk
 
-  __device__ __forceinline__ void start(const HotArgs& h, const StageGeom* geo, int num_tokens) {
+  __device__ __forceinline__ void start(const HotArgs& h, const StageGeom* geo, int num_tokens,
+                                        const Fp8LayerScales* fp8_scales) {
+    if constexpr (kFp8) this->fp8 = fp8_scales;
     t = 0;
     l = 0;
     st = MonoConfig::kStageQKV;
@@ -63,13 +88,21 @@ struct ChunkCursor {
       c = first_chunk(blockIdx.x, base, G);
       moved = true;
     }
-    if (moved && !done) w = st == MonoConfig::kStageLM ? h.lm_head : stage_weight(h, h.layers[l], st);
+    if (moved && !done) {
+      w = st == MonoConfig::kStageLM ? h.lm_head : stage_weight(h, h.layers[l], st);
+      if constexpr (kFp8) this->s = st == MonoConfig::kStageLM ? nullptr : stage_scale(this->fp8[l], st);
+    }
   }
+  // Whether the current stage streams FP8 rows.
+  __device__ __forceinline__ bool fp8_stage() const { return kFp8 && st != MonoConfig::kStageLM; }
   __device__ __forceinline__ void advance(const HotArgs& h, const StageGeom* geo, int num_tokens) {
     c += gridDim.x;
     settle(h, geo, num_tokens, false);
   }
   __device__ __forceinline__ Chunk chunk(const StageGeom* geo) const {
+    if constexpr (kFp8) {
+      if (fp8_stage()) return chunk_of_fp8(geo[st], w, st == MonoConfig::kStageGU, c);
+    }
     return chunk_of(geo[st], w, st == MonoConfig::kStageGU, c);
   }
 };
@@ -87,7 +120,7 @@ __device__ __forceinline__ void prefetch_chunk_l2(const Chunk& ch) {
 // With stage_end_copies / attn_end_copies below num_slots it holds around the block's hand-offs (handoff_hold.cuh).
 // No deadlock: a loader held at a hand-off has issued every chunk up to it, so the earliest hand-off not yet made
 // anywhere has all its chunks in its ring and, by induction over the schedule, all its inputs on their way.
-template <bool kTP>
+template <bool kTP, bool kFp8>
 __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader& hdr, uint8_t* ring) {
   const uint64_t policy = l2_evict_first_policy();
   const int ns = static_cast<int>(m.num_slots);
@@ -98,6 +131,7 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
   // A QKV hand-off through tagged words has no release (tagged.cuh): nothing to hold for.
   constexpr bool qkv_unfenced = tagged_attention_chain<kTP>();
   const int L = static_cast<int>(m.num_layers);
+  const int fp8_mode = kFp8 ? static_cast<int>(m.fp8_scaling) : static_cast<int>(kFp8None);
   HandoffHold hh;
   int issued = 0;
   const int ahead = static_cast<int>(m.prefetch_chunks);
@@ -111,9 +145,9 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
   const StageGeom* geo = hdr.geo;
   const HotArgs& hot = hdr.hot;
   uint32_t* const ctrs = m.counters;
-  ChunkCursor fill, pref;
-  fill.start(hot, geo, ntok);
-  pref.start(hot, geo, ntok);
+  ChunkCursor<kFp8> fill, pref;
+  fill.start(hot, geo, ntok, kFp8 ? m.fp8_scales : nullptr);
+  pref.start(hot, geo, ntok, kFp8 ? m.fp8_scales : nullptr);
   for (int i = 0; i < ahead && !pref.done; ++i) {
     prefetch_chunk_l2(pref.chunk(geo));
     pref.advance(hot, geo, ntok);
@@ -163,6 +197,22 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
     }
     if constexpr (diag::kNoCopy) {  // (diagnostics.cuh) the slot marked full, nothing copied
       mbar_arrive(&hdr.full[slot]);
+    } else if (fill.fp8_stage()) {
+      if constexpr (kFp8) {  // (fill.s exists in FP8 kernels only)
+        // FP8 rows, then each half's scale span (fp8.cuh).
+        const bool pair = ch.bytes1 != 0;
+        const Fp8Span s0 = fp8_span(fill.s, fp8_mode, K, ch.r0, ch.nvalid);
+        const Fp8Span s1 =
+            pair ? fp8_span(fill.s, fp8_mode, K, geo[fill.st].n + ch.r0, ch.nvalid) : Fp8Span{nullptr, 0u, 0u};
+        uint8_t* dst = ring + static_cast<size_t>(slot) * slot_bytes;
+        mbar_arrive_expect_tx(&hdr.full[slot], ch.bytes0 + ch.bytes1 + s0.bytes + s1.bytes);
+        bulk_copy_g2s(dst, ch.src0, ch.bytes0, &hdr.full[slot], policy);
+        if (pair) bulk_copy_g2s(dst + fp8_pair_offset_bytes(K, nu), ch.src1, ch.bytes1, &hdr.full[slot], policy);
+        // The spans sit after nu rows per half (also in a last chunk of fewer rows), where the consumers look.
+        const uint32_t rows_bytes = fp8_pair_offset_bytes(K, nu) * (pair ? 2u : 1u);
+        bulk_copy_g2s(dst + fp8_span_offset(rows_bytes, K, 0), s0.src, s0.bytes, &hdr.full[slot], policy);
+        if (pair) bulk_copy_g2s(dst + fp8_span_offset(rows_bytes, K, 1), s1.src, s1.bytes, &hdr.full[slot], policy);
+      }
     } else {
       mbar_arrive_expect_tx(&hdr.full[slot], ch.bytes0 + ch.bytes1);
       uint8_t* dst = ring + static_cast<size_t>(slot) * slot_bytes;

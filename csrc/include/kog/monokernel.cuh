@@ -27,8 +27,8 @@
 namespace kog {
 
 // HP: the attention pass width (query heads per pass, plan.heads_per_pass): one kernel per width, so that a kernel
-// carries only the attention code its shapes run.
-template <int D, int HP, bool kSampled, bool kTP>
+// carries only the attention code its shapes run. kFp8: the layer projections are FP8 rows with scales (fp8.cuh).
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
 __global__ void __launch_bounds__(MonoConfig::kThreads, 1) monokernel_kernel(const __grid_constant__ StepArgs step) {
   extern __shared__ __align__(128) uint8_t smem[];
   SmemHeader& hdr = *reinterpret_cast<SmemHeader*>(smem);
@@ -68,12 +68,12 @@ __global__ void __launch_bounds__(MonoConfig::kThreads, 1) monokernel_kernel(con
   uint8_t* ring = smem + MonoConfig::kHeaderBytes + m.work_bytes;
   if (threadIdx.x >= MonoConfig::kConsumerThreads) {
     setmaxnreg_dec<MonoConfig::kLoaderRegs>();
-    if (threadIdx.x == MonoConfig::kLoaderWarp * 32) run_loader<kTP>(m, step, hdr, ring);
+    if (threadIdx.x == MonoConfig::kLoaderWarp * 32) run_loader<kTP, kFp8>(m, step, hdr, ring);
     return;
   }
   setmaxnreg_inc<MonoConfig::kConsumerRegs>();
   const uint32_t epoch0 = ld_relaxed(counter(m.counters, kCtrEpoch));
-  run_consumers<D, HP, kSampled, kTP>(m, step, hdr, reinterpret_cast<bf16*>(smem + MonoConfig::kHeaderBytes),
+  run_consumers<D, HP, kSampled, kTP, kFp8>(m, step, hdr, reinterpret_cast<bf16*>(smem + MonoConfig::kHeaderBytes),
                    reinterpret_cast<float*>(smem + MonoConfig::kHeaderBytes), ring, epoch0);
 }
 

@@ -28,6 +28,9 @@ struct SmemHeader {
   LayerArgs lay[2];                         // layer l's table in lay[l & 1], copied at the layer's start
   float resid[MonoConfig::kMaxResidRows];  // residual values of this block's O / down rows
   int bt[MonoConfig::kBtCacheEntries];
+  // FP8 kernels: layer l's scale pointers in fp8_lay[l & 1], copied with its table (last: the fields above keep
+  // their offsets in every kernel).
+  Fp8LayerScales fp8_lay[2];
 };
 static_assert(sizeof(SmemHeader) <= MonoConfig::kHeaderBytes, "shared-memory header overflows kHeaderBytes");
 

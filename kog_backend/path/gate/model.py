@@ -1,9 +1,10 @@
 """The model: its config.json and the weights vLLM loaded. Each reason names the config field that causes it.
 
 model_spec reads a loaded model and coverage reads a config.json; both ask these functions. A reason turns kog
-off for the whole server (the stock path serves the model). A quantised model runs stock; an FP8 checkpoint's
-scales are checked against its tensor index (fp8_checkpoint_reason), the check the FP8 kernel path is to run at
-start so that it never streams weights with missing or mis-shaped scales.
+off for the whole server (the stock path serves the model). Of the quantised models, FP8 weights in the layouts
+the FP8 kernel reads (quant_format: tensor, channel, block 128x128) pass at TP = 1, and model_spec checks each
+projection as vLLM holds it after loading (fp8_loaded_reason); every other method runs stock. An FP8 checkpoint's
+scales can also be checked against its tensor index (fp8_checkpoint_reason, `kog doctor --model`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,11 @@ REASONS = {
     "sliding_window": "sliding_window {window}: sliding-window attention is not supported",
     "rope_scaling": "rope_scaling {kind!r} is not supported (default and llama3 only)",
     "quantization": "quantization_config {method}: not supported",
-    "fp8_layout": "fp8 ({layout}) weights: not on the kog path yet",
+    "fp8_tp": "fp8 ({layout}) weights at tensor parallelism {tp}: not on the kog path yet (the FP8 kernel is TP = 1 "
+              "only)",
+    "fp8_loaded_weight": "fp8 ({layout}) weights: {name} as vLLM holds it is {got}, not float8_e4m3fn {expected} "
+                         "(repacked or padded by vLLM's GEMM kernel; not on the kog path)",
+    "fp8_loaded_scale": "fp8 ({layout}) weights: {name} as vLLM holds it is {got}, not float32 {expected} contiguous",
     "fp8_weight_dtype": "fp8 ({layout}) checkpoint: weight {weight} is {dtype}, not float8_e4m3fn",
     "fp8_scale_missing": "fp8 ({layout}) checkpoint: {weight} has no {scale} tensor",
     "fp8_scale_shape": "fp8 ({layout}) checkpoint: scale {scale} has shape {shape}, expected {expected} for a "
@@ -95,16 +100,53 @@ def rope_scaling_reason(rope: dict | None) -> str | None:
     return None
 
 
-def quantization_reason(qcfg: Mapping[str, Any] | None, method: str | None = None) -> str | None:
+def quantization_reason(qcfg: Mapping[str, Any] | None, method: str | None = None, tp_size: int = 1) -> str | None:
     """qcfg: config.json's quantization_config; method: vLLM's --quantization, or the dtype of a quantised
-    parameter. The FP8 formats the kernel is to stream are named by layout (kog_backend.path.quant_format); any
-    other method by its name."""
+    parameter; tp_size: tensor parallelism. The FP8 formats (kog_backend.path.quant_format) pass at TP = 1 (the
+    loaded weights are checked later, fp8_loaded_reason); any other method is named."""
     fmt = quant_format.weight_format(qcfg, method)
     if fmt is None:
         return None
     if isinstance(fmt, Fp8Format):
-        return REASONS["fp8_layout"].format(layout=fmt.describe())
+        return fp8_tp_reason(fmt.describe(), tp_size)
     return REASONS["quantization"].format(method=fmt)
+
+
+def fp8_tp_reason(layout: str, tp_size: int) -> str | None:
+    """The FP8 kernel instantiations are TP = 1 only. layout: as reasons name it (Fp8Format.describe)."""
+    if tp_size > 1:
+        return REASONS["fp8_tp"].format(layout=layout, tp=tp_size)
+    return None
+
+
+def _describe_tensor(t: Any) -> str:
+    if t is None:
+        return "missing"
+    return f"{str(t.dtype).removeprefix('torch.')} {list(t.shape)} strides {list(t.stride())}"
+
+
+def fp8_loaded_reason(fmt: Fp8Format, name: str, weight: Any, scale: Any, n: int, k: int) -> str | None:
+    """One projection of N output rows and K inputs as vLLM holds it after loading (model_spec.fp8_projection):
+    `weight` the module's weight parameter, float8_e4m3fn [K, N] strides (1, K) (the `.t()` of row-major [N, K]
+    bytes: the tensor and channel layouts, CUTLASS's column-major B) or [N, K] strides (K, 1) (block); `scale` its
+    scale parameter, float32, contiguous, of the layout's shape ([] or [1]; [N, 1]; [ceil(N/128), ceil(K/128)]).
+    Anything else is a layout vLLM's GEMM kernel made for itself (Marlin's int32 tiles, CUTLASS's padding to
+    multiples of 16) or a projection the checkpoint left unquantised."""
+    import torch
+
+    layout = fmt.describe()
+    shape, strides = ((n, k), (k, 1)) if fmt.layout == "block" else ((k, n), (1, k))
+    if weight is None or weight.dtype != torch.float8_e4m3fn or tuple(weight.shape) != shape or (
+            weight.stride() != strides):  # fmt: skip
+        return REASONS["fp8_loaded_weight"].format(
+            layout=layout, name=f"{name} weight", got=_describe_tensor(weight),
+            expected=f"{list(shape)} strides {list(strides)}")  # fmt: skip
+    shapes = fmt.scale_shapes(n, k)
+    if scale is None or scale.dtype != torch.float32 or tuple(scale.shape) not in shapes or not scale.is_contiguous():
+        return REASONS["fp8_loaded_scale"].format(
+            layout=layout, name=f"{name} {fmt.scale_name}", got=_describe_tensor(scale),
+            expected=" or ".join(str(list(e)) for e in shapes))  # fmt: skip
+    return None
 
 
 def fp8_checkpoint_reason(fmt: Fp8Format, index: Mapping[str, tuple[tuple[int, ...], str]]) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kog_backend.path import quant_format
 from kog_backend.path.gate import environment, extension, kv_cache, model
 
 REQUIRED_CAPABILITY = environment.REQUIRED_CAPABILITY
@@ -51,6 +52,11 @@ REASONS = {
     "tensor_shape": "{name} has shape {shape}, expected {expected}",
     "tensor_contiguous": "{name} is not contiguous",
     "tensor_alignment": "{name} is not 16-byte aligned",
+    # FP8 weights (DecoderWeights.fp8)
+    "fp8_unknown_layout": "FP8 layout {fp8!r}: the FP8 kernel reads tensor, channel or block scales",
+    "tensor_dtype_fp8": "{name} is {dtype}, not float8_e4m3fn (an FP8 model's projection)",
+    "tensor_dtype_scale": "{name} is {dtype}, not float32 (an FP8 weight's scale)",
+    "fp8_scale_undeclared": "{name} is set but the projections are bf16 (DecoderWeights.fp8 is None)",
 }
 
 
@@ -126,17 +132,24 @@ def context_reason(max_model_len: int, rope_rows: int) -> str | None:
     return None
 
 
-def tensor_reason(name: str, t: Any, shape: tuple[int, ...], device: Any) -> str | None:
+def tensor_reason(name: str, t: Any, shape: tuple[int, ...] | tuple[tuple[int, ...], ...], device: Any,
+                  dtype: Any = None) -> str | None:
+    """One tensor the kernel reads: `dtype` (default bf16; float8_e4m3fn for an FP8 projection, float32 for its
+    scale), on `device`, of `shape` (or one of several shapes), contiguous, 16-byte aligned."""
     import torch
 
+    dtype = torch.bfloat16 if dtype is None else dtype
     if t is None:
         return REASONS["tensor_missing"].format(name=name)
-    if t.dtype != torch.bfloat16:
-        return REASONS["tensor_dtype"].format(name=name, dtype=t.dtype)
+    if t.dtype != dtype:
+        key = {torch.float8_e4m3fn: "tensor_dtype_fp8", torch.float32: "tensor_dtype_scale"}.get(dtype, "tensor_dtype")
+        return REASONS[key].format(name=name, dtype=t.dtype)
     if t.device != device:
         return REASONS["tensor_device"].format(name=name, device=t.device, expected=device)
-    if tuple(t.shape) != shape:
-        return REASONS["tensor_shape"].format(name=name, shape=tuple(t.shape), expected=shape)
+    shapes = shape if shape and isinstance(shape[0], tuple) else (shape,)
+    if tuple(t.shape) not in shapes:
+        expected = " or ".join(str(e) for e in shapes)
+        return REASONS["tensor_shape"].format(name=name, shape=tuple(t.shape), expected=expected)
     if not t.is_contiguous():
         return REASONS["tensor_contiguous"].format(name=name)
     if t.data_ptr() % 16:
@@ -190,11 +203,25 @@ def layer_count_reason(layers: int, caches: int, num_layers: int) -> str | None:
     return None
 
 
+def fp8_scale_shapes(layout: str, n: int, k: int) -> tuple[tuple[int, ...], ...]:
+    """Shapes of the fp32 scale of an FP8 projection of n rows and k columns the kernel reads in `layout`
+    (ModelArgs::fp8_scaling), as vLLM holds them: one value ([] or [1]); one per row ([n, 1]); one per 128 x 128
+    block ([ceil(n/128), ceil(k/128)], row-major)."""
+    return quant_format.Fp8Format("fp8", layout).scale_shapes(n, k)
+
+
 def weights_reason(weights: Any, device: Any) -> str | None:
-    """Every weight tensor as the kernel reads it: bf16, on the device, the shape's size, contiguous, aligned."""
+    """Every weight tensor as the kernel reads it: bf16 (the four projections of an FP8 model: float8_e4m3fn, with
+    their float32 scales), on the device, the shape's size, contiguous, aligned."""
+    import torch
+
+    from kog_backend.monokernel.layout import FP8_SCALING
     from kog_backend.monokernel.plan import lm_rows
 
     s = weights.shape
+    fp8 = getattr(weights, "fp8", None)
+    if fp8 not in FP8_SCALING:
+        return REASONS["fp8_unknown_layout"].format(fp8=fp8)
     H, D, I = s.hidden_size, s.head_dim, s.intermediate_size
     nq = (s.num_heads + 2 * s.num_kv_heads) * D
     n_lm = lm_rows(s)
@@ -206,23 +233,25 @@ def weights_reason(weights: Any, device: Any) -> str | None:
     ]
     if weights.lm_head.shape[0] < n_lm:
         return REASONS["lm_head_rows"].format(rows=weights.lm_head.shape[0], entries=n_lm)
+    wdtype = torch.float8_e4m3fn if fp8 is not None else None
     for i, lw in enumerate(weights.layers):
-        checks += [
-            (f"layer {i} input_norm", lw.input_norm, (H,)),
-            (f"layer {i} qkv", lw.qkv, (nq, H)),
-            (f"layer {i} o_proj", lw.o_proj, (H, s.num_heads * D)),
-            (f"layer {i} post_norm", lw.post_norm, (H,)),
-            (f"layer {i} gate_up", lw.gate_up, (2 * I, H)),
-            (f"layer {i} down", lw.down, (H, I)),
-        ]
+        checks += [(f"layer {i} input_norm", lw.input_norm, (H,)), (f"layer {i} post_norm", lw.post_norm, (H,))]
+        projections = (("qkv", "qkv_scale", nq, H), ("o_proj", "o_scale", H, s.num_heads * D),
+                       ("gate_up", "gate_up_scale", 2 * I, H), ("down", "down_scale", H, I))  # fmt: skip
+        for name, scale, n, k in projections:
+            checks.append((f"layer {i} {name}", getattr(lw, name), (n, k), wdtype))
+            if fp8 is not None:
+                checks.append((f"layer {i} {scale}", getattr(lw, scale), fp8_scale_shapes(fp8, n, k), torch.float32))
+            elif getattr(lw, scale, None) is not None:
+                return REASONS["fp8_scale_undeclared"].format(name=f"layer {i} {scale}")
         if s.qk_norm:
             checks += [(f"layer {i} q_norm", lw.q_norm, (D,)), (f"layer {i} k_norm", lw.k_norm, (D,))]
         if s.qkv_bias:
             checks += [(f"layer {i} qkv_bias", lw.qkv_bias, (nq,))]
         elif lw.qkv_bias is not None:
             return REASONS["qkv_bias_undeclared"].format(layer=i)
-    for name, t, shp in checks:
-        reason = tensor_reason(name, t, shp, device)
+    for name, t, shp, *dtype in checks:
+        reason = tensor_reason(name, t, shp, device, *dtype)
         if reason is not None:
             return reason
     return None
@@ -244,9 +273,15 @@ def unsupported_reason(weights: Any, kv_caches: list[Any], device: Any, sm_count
     reason = layer_count_reason(len(weights.layers), len(kv_caches), s.num_layers)
     if reason is not None:
         return reason
+    fp8 = getattr(weights, "fp8", None)
+    if fp8 is not None:
+        # the FP8 kernel instantiations are TP = 1 only
+        reason = model.fp8_tp_reason(quant_format.layout_name(fp8), max(s.tp_size, tp_world))
+        if reason is not None:
+            return reason
     if sm_count is None:
         sm_count = torch.cuda.get_device_properties(device).multi_processor_count
-    plan = make_plan(s, sm_count)
+    plan = make_plan(s, sm_count, weights.projection_bytes)
     if isinstance(plan, str):
         return plan
     reason = weights_reason(weights, device)

@@ -95,7 +95,8 @@ def start_reason(vllm_config: Any, kog_config: Any) -> str | None:
     reason = (
         model.architecture_reason(list(getattr(hf, "architectures", None) or []), model.config_num_experts(hf))
         or model.sliding_window_reason(getattr(hf, "sliding_window", None), getattr(hf, "use_sliding_window", None))
-        or model.quantization_reason(getattr(hf, "quantization_config", None), mc.quantization)
+        or model.quantization_reason(getattr(hf, "quantization_config", None), mc.quantization,
+                                     vllm_config.parallel_config.tensor_parallel_size)
     )
     if reason is not None or kog_config.step_impl == "torch":
         return reason

@@ -18,6 +18,8 @@ REASONS = {
     "kv_heads_sms": "num_key_value_heads {kv_heads} exceed the {sms} SMs (one attention split per SM at least)",
     "no_vocab_rows": "this rank holds no logical vocabulary rows (vocab_size)",
     "stage_input": "{field} {k}: the {stage} input length must be a multiple of 8 (16-byte GEMV vectors)",
+    "stage_input_fp8": "{field} {k}: the {stage} input length must be a multiple of 16 with FP8 weights (16-byte "
+                       "GEMV vectors of 16 float8 values)",
     "residual_rows": "{stage}: hidden_size {hidden} gives {rows} rows per block on {sms} SMs, more than the "
                      "{most}-row residual buffer",
     "slots": "shared memory: intermediate_size {intermediate} / hidden_size {hidden} need {work} B of input vector "
@@ -48,8 +50,13 @@ def shape_reason(hidden: int, heads: int, kv_heads: int, sm_count: int, vocab_ro
     return None
 
 
-def stage_input_reason(stage: str, field: str, k: int) -> str | None:
-    """A stage's GEMV reads its input in 16-byte vectors of 8 bf16."""
+def stage_input_reason(stage: str, field: str, k: int, elem_bytes: int = 2) -> str | None:
+    """A stage's GEMV reads each weight row in 16-byte vectors: 8 bf16 (elem_bytes 2) or 16 float8 (elem_bytes 1,
+    an FP8 model's layer stages)."""
+    if elem_bytes == 1:
+        if k < 16 or k % 16:
+            return REASONS["stage_input_fp8"].format(field=field, k=k, stage=stage)
+        return None
     if k < 8 or k % 8:
         return REASONS["stage_input"].format(field=field, k=k, stage=stage)
     return None

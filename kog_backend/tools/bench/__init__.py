@@ -14,5 +14,7 @@ Imports nothing heavy: torch and vLLM are imported only in the subprocess that r
   greedy_rounds --also-greedy: the same rounds greedy in the same engine, each row's own counters, the sampled
                 kog row as a percentage of the greedy one
   weights       --dummy-weights: config + tokenizer only and load_format="dummy"; checkpoints too large to write
+  fp8           --fp8 LAYOUT: each shape's FP8 checkpoint, its weight format in the header; --also-bf16: kog on
+                the bf16 checkpoint too, kog FP8 / kog bf16
   http_client   streaming OpenAI client against live servers (`kog bench --url`)
 """

@@ -7,6 +7,8 @@ JSON, PNG and the table. Sampling: by default none is set, so each engine runs w
 sets none (the model's generation config; bench/sampling.py); the engines report the settings in force.
 --also-greedy: each engine then times the same rounds greedy, reported as "<model> greedy" (bench/greedy_rounds.py).
 --dummy-weights: config and tokenizer only, both engines with load_format="dummy" (bench/weights.py).
+--fp8 LAYOUT: each shape's FP8 checkpoint, rows "<shape> fp8-<layout>"; --also-bf16 then kog on its bf16 checkpoint,
+rows "<shape> bf16", and kog FP8 / kog bf16 under the table (bench/fp8.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import time
 from typing import Any
 
 import kog_backend
+from kog_backend.tools.bench import fp8 as bench_fp8
 from kog_backend.tools.bench import greedy_rounds, metrics, model_bytes, sampling, weights
 from kog_backend.tools.bench.results import IMPLS, BenchReport, ModelResult, RunResult
 
@@ -55,6 +58,8 @@ class Settings:
     seed: int = 0  # prompt token ids
     also_greedy: bool = False  # --also-greedy: each engine also times the same rounds greedy (greedy_rounds.py)
     dummy_weights: bool = False  # --dummy-weights: config + tokenizer only, load_format="dummy" (weights.py)
+    fp8: str | None = None  # --fp8: each shape's FP8 checkpoint of this layout (bench/fp8.py)
+    also_bf16: bool = False  # --also-bf16: kog on each --fp8 shape's bf16 checkpoint too
 
     def impls(self) -> list[str]:
         return [self.only] if self.only else list(IMPLS)
@@ -63,6 +68,9 @@ class Settings:
         d = dataclasses.asdict(self)
         for k in ("models", "out", "verbose", "commit", "timeout_s"):
             d.pop(k)
+        for k in ("fp8", "also_bf16"):  # a bf16 run's settings as before these flags
+            if not d[k]:
+                d.pop(k)
         d["sampling"] = {"greedy": d.pop("greedy"), "overrides": d.pop("sampling_overrides"), "seed": d.pop("sampling_seed")}
         if self.dummy_weights:
             d["engine_args"] = self.engine_args_in_force()
@@ -81,11 +89,12 @@ class ResolvedModel:
     shape: str | None
 
 
-def resolve_model(name: str, create: bool = True, log=print, dummy: bool = False) -> ResolvedModel:
+def resolve_model(name: str, create: bool = True, log=print, dummy: bool = False, fp8: str | None = None) -> ResolvedModel:
     """A checkpoint directory (with config.json), or an embedded shape name whose random-weight checkpoint
     is written to its default directory (`checkpoints.default_checkpoint_dir`, $KOG_CHECKPOINT_DIR) when
-    missing; with dummy, a shape's config and tokenizer only (weights.write_dummy_dir). ValueError for a shape whose
-    checkpoint cannot be written (weights.checkpoint_refusal: too large, or dummy only)."""
+    missing; with dummy, a shape's config and tokenizer only (weights.write_dummy_dir). fp8: the shape's FP8
+    checkpoint of that layout (`kog make-checkpoint --fp8`), or its FP8 config with dummy. ValueError for a shape
+    whose checkpoint cannot be written (weights.checkpoint_refusal: too large, or dummy only)."""
     if os.path.isdir(name):
         if not os.path.isfile(os.path.join(name, "config.json")):
             raise ValueError(f"{name} is a directory without config.json, not a checkpoint")
@@ -97,23 +106,25 @@ def resolve_model(name: str, create: bool = True, log=print, dummy: bool = False
     from kog_backend.tools.fixtures import checkpoints
 
     if dummy:
-        return ResolvedModel(name, weights.write_dummy_dir(name, log=log), name)
-    path = checkpoints.default_checkpoint_dir(name)
-    if not checkpoints.is_current(path, name, seed=0):
+        return ResolvedModel(name, weights.write_dummy_dir(name, log=log, fp8=fp8), name)
+    path = checkpoints.default_checkpoint_dir(name, fp8=fp8)
+    what = f"{name} FP8 {fp8}" if fp8 else name
+    if not checkpoints.is_current(path, name, seed=0, fp8=fp8):
         if not create:
-            raise ValueError(f"no current checkpoint for shape {name} at {path}")
-        refusal = weights.checkpoint_refusal(name, path)
+            raise ValueError(f"no current checkpoint for shape {what} at {path}")
+        refusal = weights.checkpoint_refusal(name, path, fp8)
         if refusal:
             raise ValueError(refusal)
         if checkpoints.read_marker(path) is None:  # the marker is written last: no marker, no complete checkpoint
-            log(f"writing the random-weight {name} checkpoint to {path} (once) ...")
+            log(f"writing the random-weight {what} checkpoint to {path} (once) ...")
         else:  # e.g. written before its generation config changed: write_checkpoint keeps the weights if it can
-            log(f"bringing the {name} checkpoint at {path} up to date ...")
+            log(f"bringing the {what} checkpoint at {path} up to date ...")
         # In a child process, so that the GPU memory it draws the weights with is released before the engines.
-        code = f"from kog_backend.tools.fixtures.checkpoints import write_checkpoint; write_checkpoint({name!r}, {path!r}, seed=0)"
+        code = ("from kog_backend.tools.fixtures.checkpoints import write_checkpoint; "
+                f"write_checkpoint({name!r}, {path!r}, seed=0, fp8={fp8!r})")
         done = subprocess.run([sys.executable, "-c", code])
-        if done.returncode != 0 or not checkpoints.is_current(path, name, seed=0):
-            raise RuntimeError(f"writing the {name} checkpoint to {path} failed (status {done.returncode})")
+        if done.returncode != 0 or not checkpoints.is_current(path, name, seed=0, fp8=fp8):
+            raise RuntimeError(f"writing the {what} checkpoint to {path} failed (status {done.returncode})")
     return ResolvedModel(name, path, name)
 
 
@@ -354,17 +365,25 @@ def run_offline(s: Settings, log=print) -> BenchReport:
         log("also greedy: each engine then times the same rounds at temperature 0 (rows \"<model> greedy\")")
     # Every model and its spec first, so that a bad name or length fails before any engine runs, and a checkpoint
     # that cannot be written before any is.
+    runs = [(name, v) for name in s.models for v in bench_fp8.variants(s.fp8, s.also_bf16)]
     if not s.dummy_weights:
-        _refuse_unwritable_checkpoints(s.models)
+        _refuse_unwritable_checkpoints(runs)
     plans = []
-    for m in (resolve_model(name, log=log, dummy=s.dummy_weights) for name in s.models):
+    fp8_label = {}  # shape -> its FP8 model's label (--also-bf16's pairs)
+    for name, v in runs:
+        m = resolve_model(name, log=log, dummy=s.dummy_weights, fp8=v.fp8)
         cfg = model_bytes.load_config(m.path)
-        result = ModelResult(model=m.label, path=m.path)
+        result = ModelResult(model=m.label + v.label_suffix, path=m.path)
+        if v.fp8 is not None:
+            fp8_label[name] = result.model
+        else:
+            result.bf16_of = fp8_label.get(name)
+        result.weight_format = bench_fp8.weight_format_text(cfg)
         result.weight_bytes_per_token = model_bytes.weight_bytes_per_token(cfg)
         result.kv_bytes_per_token = model_bytes.mean_kv_bytes_per_token(cfg, s.prompt_len, s.new_tokens)
         result.max_model_len = max_model_len(cfg, s)
         result.max_model_len_note = max_model_len_note(cfg, s, result.max_model_len)
-        log(f"{m.label}: vLLM max_model_len {result.max_model_len} ({result.max_model_len_note})")
+        log(f"{result.model}: vLLM max_model_len {result.max_model_len} ({result.max_model_len_note})")
         spec_common = {
             "model_path": m.path,
             "prompt_token_ids": prompt_token_ids(int(cfg["vocab_size"]), s.prompt_len, s.seed),
@@ -380,11 +399,14 @@ def run_offline(s: Settings, log=print) -> BenchReport:
             "engine_args": engine_args,
             "also_greedy": s.also_greedy,
         }
-        plans.append((m, result, spec_common))
-    for m, result, spec_common in plans:
+        plans.append((v, result, spec_common))
+    for v, result, spec_common in plans:
         greedy = greedy_rounds.greedy_model(result) if s.also_greedy else None
-        for impl in s.impls():
-            tag = f"{_safe(m.label)}-{impl}"
+        if greedy is not None:
+            greedy.weight_format = result.weight_format
+            greedy.bf16_of = result.bf16_of and result.bf16_of + greedy_rounds.LABEL_SUFFIX
+        for impl in (v.impls or s.impls()):
+            tag = f"{_safe(result.model)}-{impl}"
             got = run_child({**spec_common, "impl": impl}, s.out, tag, s.timeout_s, s.verbose)
             if got.host:
                 report.host.update(got.host)
@@ -398,19 +420,21 @@ def run_offline(s: Settings, log=print) -> BenchReport:
             conclude_model(greedy, s)
             result.sampled_kog_of_greedy = greedy_rounds.kog_of_greedy(result, greedy)
             report.models.append(greedy)
+    bench_fp8.conclude_pairs(report)
     return report
 
 
-def _refuse_unwritable_checkpoints(names: list[str]) -> None:
-    """ValueError naming --dummy-weights for the first shape whose checkpoint is missing and cannot be written."""
+def _refuse_unwritable_checkpoints(runs: list[tuple[str, bench_fp8.Variant]]) -> None:
+    """ValueError naming --dummy-weights for the first (shape, checkpoint) whose checkpoint is missing and cannot be
+    written."""
     from kog_backend.tools.fixtures import checkpoints, shapes
 
-    for name in names:
+    for name, v in runs:
         if os.path.isdir(name) or name not in shapes.SHAPES:
             continue  # a directory is used as it is; resolve_model refuses a name that is neither
-        path = checkpoints.default_checkpoint_dir(name)
-        if not checkpoints.is_current(path, name, seed=0):
-            refusal = weights.checkpoint_refusal(name, path)
+        path = checkpoints.default_checkpoint_dir(name, fp8=v.fp8)
+        if not checkpoints.is_current(path, name, seed=0, fp8=v.fp8):
+            refusal = weights.checkpoint_refusal(name, path, v.fp8)
             if refusal:
                 raise ValueError(refusal)
 

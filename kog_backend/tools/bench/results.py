@@ -65,6 +65,12 @@ class ModelResult:
     greedy_of: str | None = None
     # --also-greedy, on the sampled ModelResult: its kog tok/s / the same engine's greedy kog tok/s (a fraction)
     sampled_kog_of_greedy: float | None = None
+    # The weights as the header names them (bench/fp8.py weight_format_text): "bf16", or the FP8 layout and format.
+    weight_format: str | None = None
+    # --also-bf16 (bench/fp8.py): on the bf16 checkpoint's ModelResult ("<shape> bf16"), the label of the FP8 model
+    # it is compared with; on that FP8 ModelResult, its kog tok/s / the bf16 checkpoint's kog tok/s.
+    bf16_of: str | None = None
+    kog_fp8_over_bf16: float | None = None
 
     def row(self, impl: str) -> RunResult | None:
         return next((r for r in self.rows if r.impl == impl), None)

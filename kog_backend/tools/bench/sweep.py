@@ -124,7 +124,7 @@ def run_sweep(s: Any, prompt_lens: list[int], log=print) -> SweepReport:
     A length whose OUT/prompt-N/bench.json holds an earlier run of the same models with the same settings is
     reused, not measured again: a sweep too long for one sitting runs as several invocations over subsets of the
     lengths, and a last one over all of them assembles the table and chart."""
-    from kog_backend.tools.bench import environment, offline
+    from kog_backend.tools.bench import environment, fp8, offline
 
     commit = environment.commit(s.commit)
     models = [(name, *_model_config(name)) for name in s.models]
@@ -136,7 +136,7 @@ def run_sweep(s: Any, prompt_lens: list[int], log=print) -> SweepReport:
             try:
                 offline.max_model_len(cfg, dataclasses.replace(s, prompt_len=n))
                 names.append(name)
-                labels.append(label)
+                labels += [label + v.label_suffix for v in fp8.variants(s.fp8, s.also_bf16)]  # --fp8, --also-bf16
             except ValueError as e:
                 report.skipped.append(Skipped(label, n, str(e)))
                 log(f"skipping {label} at prompt {n}: {e}")
@@ -195,6 +195,8 @@ def format_sweep_table(report: SweepReport) -> str:
                 notes.append(f"{model} prompt {n}: kog is slower than stock ({m.speedup:.2f}x)")
             if m.sampled_kog_of_greedy is not None:  # --also-greedy (bench/greedy_rounds.py)
                 ratios.append(f"sampled kog / greedy kog, {model} prompt {n}: {100 * m.sampled_kog_of_greedy:.1f}%")
+            if m.kog_fp8_over_bf16 is not None:  # --also-bf16 (bench/fp8.py)
+                ratios.append(f"kog FP8 / kog bf16, {model} prompt {n}: {m.kog_fp8_over_bf16:.2f}x")
     notes.extend(f"{x.model} prompt {x.prompt_len}: skipped, {x.reason}" for x in report.skipped)
     head = header_lines(report.points[0]) if report.points else ["kog bench sweep: nothing ran"]
     head = [h for h in head if "max_model_len" not in h and not h.startswith("batch 1, prompt")]

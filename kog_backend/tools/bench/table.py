@@ -1,13 +1,16 @@
 """The text table `kog bench` prints (gpt-fast style: tok/s next to the bandwidth it implies).
 
 --also-greedy runs add a "<model> greedy" block per model and, under the table, the sampled kog row as a
-percentage of the greedy kog row (bench/greedy_rounds.py); --dummy-weights runs say so in the header.
+percentage of the greedy kog row (bench/greedy_rounds.py); --dummy-weights runs say so in the header. A run with
+FP8 weights names every model's weight format in the header; --also-bf16 adds kog FP8 / kog bf16 under the table
+(bench/fp8.py).
 """
 
 from __future__ import annotations
 
 import json
 
+from kog_backend.tools.bench import fp8 as bench_fp8
 from kog_backend.tools.bench import greedy_rounds, sampling
 from kog_backend.tools.bench.results import BenchReport, ModelResult, RunResult
 
@@ -54,6 +57,7 @@ def header_lines(report: BenchReport) -> list[str]:
             lines.append(also)
         if s.get("weights"):
             lines.append(f"weights: {s['weights']}")
+        lines += bench_fp8.header_lines(report)
         for m in greedy_rounds.sampled_models(report):
             if m.max_model_len is not None:
                 lines.append(f"{m.model}: vLLM max_model_len {m.max_model_len} ({m.max_model_len_note or '?'})")
@@ -103,13 +107,19 @@ def format_table(report: BenchReport) -> str:
         if m.tokens_match is None and report.settings.get("dummy_weights") and m.sampling \
                 and sampling.is_greedy(m.sampling.get("params") or {}):
             notes.append(f"{m.model}: greedy tokens not compared: vLLM dummy weights make them meaningless")
-        if m.tokens_match is False:
+        if m.tokens_match is False and bench_fp8.is_fp8(m):
+            notes.append(
+                f"{m.model}: kog's greedy tokens differ from stock's from position {m.first_mismatch} (stock "
+                "quantises the activations to FP8 as well, kog keeps them bf16: the first near-tie flips; "
+                "integration_tests/test_teacher_forcing.py with KOG_TF_FP8 checks the logits)"
+            )
+        elif m.tokens_match is False:
             notes.append(
                 f"{m.model}: kog's greedy tokens differ from stock's from position {m.first_mismatch} (kog rounds "
                 "to bf16 in its own order; a near-tie between the top two logits then flips, and random weights "
                 "have many: integration_tests/test_teacher_forcing.py checks the logits themselves)"
             )
-    ratios = greedy_rounds.ratio_lines(report)
+    ratios = greedy_rounds.ratio_lines(report) + bench_fp8.ratio_lines(report)
     return "\n".join(header_lines(report) + [""] + _grid(cols, rows) + ([""] + ratios if ratios else [])
                      + [f"! {n}" for n in notes])
 

@@ -14,6 +14,9 @@ process; rows "<model> greedy" with their own counters, and the sampled kog row 
 (bench/greedy_rounds.py). --dummy-weights (offline): an embedded shape's config and tokenizer only, both engines
 with vLLM's load_format="dummy" (same bytes per token, meaningless tokens; bench/weights.py). A shape whose
 checkpoint cannot be written (shapes.DUMMY_ONLY, or larger than the free disk) is refused, naming --dummy-weights.
+--fp8 tensor|channel|block (offline, sweep too): each shape's FP8 checkpoint (`kog make-checkpoint --fp8`), stock
+and kog; the header names the weight format and GB/s count the FP8 bytes; --also-bf16 adds kog on the shape's bf16
+checkpoint and kog FP8 / kog bf16 under the table (bench/fp8.py).
 
 Exit status: 0 every row measured (and every kog row ran the kog path); 1 a row failed, or a kog row's
 counters show no kog step; 2 bad arguments.
@@ -75,6 +78,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "hold), meaningless tokens (not compared). Needed for shapes whose checkpoint does not fit the "
                         "disk (qwen3-32b, qwen2.5-coder-32b on 64 GB) or is never written (qwen3-30b-a3b); the bench "
                         "refuses those without it. --engine-args '{\"load_format\": \"dummy\"}' does the same")
+    g.add_argument("--fp8", choices=("tensor", "channel", "block"), default=None, metavar="LAYOUT",
+                   help="offline: run each shape's FP8 (e4m3) checkpoint, written when missing as `kog make-checkpoint "
+                        "--fp8 LAYOUT` does (tensor: per-tensor scales, fp8 format; channel: per-channel, "
+                        "compressed-tensors; block: 128x128 blocks, fp8 format), stock and kog; with --dummy-weights its "
+                        "FP8 config only. Rows '<shape> fp8-LAYOUT'; GB/s and %% of copy bandwidth count the FP8 "
+                        "bytes read (weights, scales, bf16 embedding row, LM head, norms, KV)")
+    g.add_argument("--also-bf16", action="store_true",
+                   help="with --fp8: kog also runs on the shape's bf16 checkpoint (rows '<shape> bf16'), and the table "
+                        "ends with kog FP8 / kog bf16 tok/s of the same run")
     g.add_argument("--kog-options", type=json_object, default={}, metavar="JSON",
                    help='additional_config["kog"] options for the kog side, over the benchmark\'s defaults '
                         f'{json.dumps(DEFAULT_KOG_OPTIONS)} (the speed path; a server\'s default "auto" selects it '
@@ -180,8 +192,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _offline_flag_refusal(args: argparse.Namespace, urls: list[str]) -> str | None:
-    """Why --also-greedy or --dummy-weights cannot run with the other arguments; None when they can."""
-    from kog_backend.tools.bench import sampling
+    """Why --also-greedy, --dummy-weights, --fp8 or --also-bf16 cannot run with the other arguments; None when they
+    can."""
+    from kog_backend.tools.bench import fp8, sampling
+
+    refusal = fp8.refusal(getattr(args, "fp8", None), getattr(args, "also_bf16", False), args.only,
+                          list(args.models or []), urls)
+    if refusal:
+        return refusal
 
     also_greedy, dummy = getattr(args, "also_greedy", False), getattr(args, "dummy_weights", False)
     if urls and (also_greedy or dummy):
@@ -231,6 +249,8 @@ def _run_offline(args: argparse.Namespace, prompt_lens: list[int] | None = None)
         commit=args.commit,
         also_greedy=getattr(args, "also_greedy", False),
         dummy_weights=weights.wants_dummy(getattr(args, "dummy_weights", False), args.engine_args),
+        fp8=getattr(args, "fp8", None),
+        also_bf16=getattr(args, "also_bf16", False),
     )
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
     try:

@@ -11,8 +11,9 @@ def model_support() -> list[str]:
     dims = ", ".join(str(d) for d in gate.model.SUPPORTED_HEAD_DIMS)
     return [
         f"architectures: {archs}",
-        f"head dims: {dims}; bf16 weights and KV cache; dense MLP",
-        "anything else (MoE, quantised weights, sliding window, other architectures): the whole server runs stock",
+        f"head dims: {dims}; bf16 weights (or FP8 projections at TP = 1: docs/fp8.md) and KV cache; dense MLP",
+        "anything else (MoE, other quantised weights, sliding window, other architectures): the whole server runs "
+        "stock",
     ]
 
 

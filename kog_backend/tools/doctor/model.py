@@ -29,7 +29,7 @@ class ModelReport:
 
     @property
     def runs(self) -> bool:
-        return self.verdict.ok and self.memory.fits
+        return self.verdict.ok and self.memory.fits and (self.fp8_scales is None or self.fp8_scales[0])
 
     def lines(self) -> list[str]:
         v = self.verdict

@@ -1,0 +1,150 @@
+"""The FP8-weight monokernel against its torch reference on an sm_90 GPU (no vLLM needed).
+
+The four projections of every layer are float8 e4m3 with fp32 scales in each layout vLLM 0.26 loads (per tensor,
+per output row, 128 x 128 blocks), quantised from fresh random bf16 weights (synthetic.random_decoder(fp8=...));
+embedding, norms and LM head bf16. The reference dequantises every weight (reference/fp8_linear.py: float(w8) x
+scale, fp32 sums, one bf16 rounding); the kernel sums 16-element products and scales them, so the two differ only
+in the order of fp32 sums: the bounds are test_monokernel_gpu's (bf16 outputs |err| <= 1e-2 |ref| + 1e-2 rms(ref)
+and 5e-3 relative norm per stage, teacher-forced from the kernel's own inputs; logits 2e-2 end to end). Every
+buffer the kernel writes is NaN-poisoned first.
+
+Cases: every layout x (Llama, head dim 64, GQA 4, tied) and (Qwen3, head dim 128, GQA 2, untied) at contexts 1, 17
+and 1000; two layers of real shapes with long rows (Llama-3.1-8B: down rows of 14,336 bytes, 112 block scales a
+row; Qwen3-4B: hidden 2560, a K that is no multiple of 512) per layout; a K = 5 launch against five K = 1 launches
+and a sampled launch's tokens against the one-token launches' (the LM head stays bf16 in the FP8 kernel).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kernel_gpu import require_sm90_extension  # noqa: E402
+
+from kog_backend.monokernel import Monokernel, reference, synthetic  # noqa: E402
+from kog_backend.path.quant_format import LAYOUTS  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+require_sm90_extension()
+
+# (_prepare draws block tables over test_monokernel_gpu's NUM_BLOCKS: the caches here have as many blocks)
+from test_monokernel_gpu import BS, MAX_CTX, NUM_BLOCKS, _check_step, _poison, _prepare  # noqa: E402
+
+DEV = torch.device("cuda", 0)
+
+_MODELS: dict = {}
+
+
+def _model(key, shape, layout, seed):
+    if key not in _MODELS:
+        _MODELS.clear()
+        torch.cuda.empty_cache()
+        w = synthetic.random_decoder(shape, DEV, seed=seed, fp8=layout)
+        caches = synthetic.paged_kv_caches(shape, NUM_BLOCKS, BS, DEV, "NHD")
+        mk = Monokernel(w, caches, DEV, max_model_len=MAX_CTX + 16)
+        _MODELS[key] = (w, caches, mk)
+    return _MODELS[key]
+
+
+def _small(arch, head_dim, gqa, tied, layout):
+    heads = 2048 // head_dim
+    s = synthetic.make_shape(arch, 2, 1536, heads, heads // gqa, head_dim, 3072, 32003, tied, MAX_CTX + 64)
+    return _model(("small", arch, head_dim, gqa, layout), s, layout, seed=head_dim + gqa)
+
+
+def _one_step(w, caches, mk, ctx, seed, token, errors, check_end_to_end=True):
+    pos, slot, bt = _prepare(w, caches, ctx, seed)
+    logits_out = torch.empty(w.shape.vocab_size, dtype=torch.bfloat16, device=DEV)
+    _poison(mk, logits_out)
+    pre = [c.clone() for c in caches]
+    tok = mk.step(torch.tensor([token], device=DEV), torch.tensor([pos], device=DEV), bt,
+                  torch.tensor([slot], device=DEV), logits_out=logits_out)
+    torch.cuda.synchronize()
+    got_token = int(tok.item())
+    splits = mk.attention_splits(ctx)
+    if _check_step(w, caches, mk, token, pos, slot, bt, logits_out, errors, pre, got_token, splits) is None:
+        return
+    if check_end_to_end:
+        ref = reference.reference_step(w, pre, token, pos, slot, bt, splits)
+        rel = ((logits_out.float() - ref["logits"].float()).norm() / ref["logits"].float().norm()).item()
+        if rel > 2e-2:
+            errors.append(f"end to end: logits relative error {rel:.2e} vs reference_step")
+
+
+@pytest.mark.parametrize("ctx", [1, 17, 1000])
+@pytest.mark.parametrize("arch,head_dim,gqa,tied", [("llama", 64, 4, True), ("qwen3", 128, 2, False)])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_fp8_step_matches_reference(layout, arch, head_dim, gqa, tied, ctx):
+    w, caches, mk = _small(arch, head_dim, gqa, tied, layout)
+    assert w.fp8 == layout and w.layers[0].qkv.dtype == torch.float8_e4m3fn
+    errors: list[str] = []
+    _one_step(w, caches, mk, ctx, seed=ctx * 7 + head_dim, token=(ctx * 7919) % w.shape.vocab_size, errors=errors)
+    assert not errors, "\n".join(errors)
+
+
+# Two layers of real shapes: (arch, hidden, heads, kv heads, head dim, FFN, vocab, tied).
+REAL = {
+    "llama-3.1-8b": ("llama", 4096, 32, 8, 128, 14336, 128256, False),
+    "qwen3-4b": ("qwen3", 2560, 32, 8, 128, 9728, 151936, True),
+}
+
+
+@pytest.mark.parametrize("name", list(REAL))
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_fp8_real_shape_layers(layout, name):
+    arch, H, nh, nkv, D, I, V, tied = REAL[name]
+    s = synthetic.make_shape(arch, 2, H, nh, nkv, D, I, V, tied, MAX_CTX + 64)
+    w, caches, mk = _model(("real", name, layout), s, layout, seed=7)
+    errors: list[str] = []
+    _one_step(w, caches, mk, 300, seed=3, token=4242, errors=errors, check_end_to_end=False)
+    assert not errors, "\n".join(errors)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_fp8_multi_token_equals_single_steps(layout):
+    """Five K = 1 launches, then one K = 5 launch from the same caches: the same tokens and caches bit for bit (the
+    loader's scale spans and skip words move with the ring across layers, stages and tokens)."""
+    w, caches, mk = _small("llama", 64, 4, True, layout)
+    pos, slot, bt = _prepare(w, caches, 41, 11)
+    init = [c.clone() for c in caches]
+    token, toks = 123, []
+    for t in range(5):
+        p = pos + t
+        sl = int(bt[p // BS]) * BS + p % BS
+        tok = mk.step(torch.tensor([token], device=DEV), torch.tensor([p], device=DEV), bt, torch.tensor([sl], device=DEV))
+        token = int(tok.item())
+        toks.append(token)
+    errors: list[str] = []
+    if mk.diagnostics() is not None:
+        errors.append(f"timeout: {mk.diagnostics()}")
+        mk.reset_counters()
+    after = [c.clone() for c in caches]
+    for c, c0 in zip(caches, init):
+        c.copy_(c0)
+    tokens, count = mk.generate(torch.tensor([123], device=DEV), torch.tensor([pos], device=DEV), bt,
+                                torch.tensor([slot], device=DEV), 5)
+    if int(count.item()) != 5 or tokens.tolist() != toks:
+        errors.append(f"K=5 launch gave {tokens.tolist()[: int(count.item())]}, steps gave {toks}")
+    for i, (c, a) in enumerate(zip(caches, after)):
+        if not torch.equal(c.view(torch.int16), a.view(torch.int16)):
+            errors.append(f"layer {i}: K=5 cache differs from five K=1 steps")
+    assert not errors, "\n".join(errors)
+
+
+def test_fp8_and_bf16_kernels_share_one_process():
+    """An FP8 Monokernel and a bf16 one of the same shape, launched alternately: each matches its own reference
+    (the instantiation follows the table, not whichever ran first)."""
+    s = synthetic.make_shape("llama", 2, 1536, 24, 6, 64, 3072, 32003, True, MAX_CTX + 64)
+    errors: list[str] = []
+    for layout in (None, "block", None, "channel"):
+        _MODELS.clear()
+        torch.cuda.empty_cache()
+        w = synthetic.random_decoder(s, DEV, seed=5, fp8=layout)
+        caches = synthetic.paged_kv_caches(s, NUM_BLOCKS, BS, DEV, "NHD")
+        mk = Monokernel(w, caches, DEV, max_model_len=MAX_CTX + 16)
+        case: list[str] = []
+        _one_step(w, caches, mk, 33, seed=9, token=77, errors=case)
+        errors += [f"{layout or 'bf16'}: {e}" for e in case]
+    assert not errors, "\n".join(errors)
