@@ -62,6 +62,10 @@ class KogConfig:
     # rest to vLLM's chain (custom all-reduce, symmetric memory, NCCL). Tested on one GPU under MPS
     # (integration_tests/test_collective_gpu.py), not yet measured against NCCL on several GPUs, hence off by default.
     collective: bool = False
+    # FP8 checkpoints (the three layouts of kog_backend/path/quant_format.py, TP = 1) on the FP8 kernel instantiation
+    # (csrc/include/kog/fp8.cuh). Off by default until its GPU tests (integration_tests/test_monokernel_fp8_gpu.py,
+    # the FP8 teacher forcing of test_teacher_forcing.py) have passed on a GPU; off, an FP8 model is served stock.
+    fp8_weights: bool = False
     # Where workers write their fallback counters for `kog stats` ("" = $KOG_STATE_DIR or /tmp/kog_backend).
     state_dir: str = ""
     # Fault injection, for the fault tests only (integration_tests/test_fault_*.py; off in production): the

@@ -296,3 +296,25 @@ def test_the_gate_refuses_fp8_under_tensor_parallelism(monkeypatch):
     assert mk_gate.unsupported_reason(odd, synthetic.paged_kv_caches(odd.shape, 8, 16, CPU), CPU, sm_count=132) == (
         "intermediate_size 328: the down input length must be a multiple of 16 with FP8 weights (16-byte GEMV vectors "
         "of 16 float8 values)")
+
+
+def test_fp8_models_need_the_fp8_weights_option(monkeypatch):
+    """Until the FP8 kernel has passed its GPU tests, an FP8 model is served stock unless the kog option fp8_weights
+    asks for the kernel: select_step refuses before building anything, with the reason the runner records."""
+    from kog_backend import ops
+    from kog_backend.config import KogConfig
+    from kog_backend.engine import step_select
+
+    assert KogConfig().fp8_weights is False and KogConfig.from_dict({"fp8_weights": True}).fp8_weights is True
+    assert mk_gate.fp8_option_reason(None, False) is None and mk_gate.fp8_option_reason("channel", True) is None
+    off = mk_gate.fp8_option_reason("block", False)
+    assert off == "fp8 (block 128x128) weights: the FP8 kernel is off (kog option fp8_weights; not yet verified on a GPU)"
+    monkeypatch.setattr(ops, "load_reason", lambda: None)
+    w = synthetic.random_decoder(_tiny(), CPU, seed=_seed(), fp8="block")
+    caches = synthetic.paged_kv_caches(w.shape, 8, 16, CPU)
+    got = step_select.select_step(None, KogConfig(), w, caches, CPU, 64, w.shape.vocab_size, 1, None, None)
+    assert got == mk_gate.refused(off)
+    # With the option the gate goes on to the device checks (a CPU device: refused there, for another reason).
+    got = step_select.select_step(None, KogConfig(fp8_weights=True), w, caches, CPU, 64, w.shape.vocab_size, 1, None,
+                                  None)  # fmt: skip
+    assert isinstance(got, str) and "fp8_weights" not in got

@@ -219,6 +219,7 @@ CASES = [
         _layer(_weights(), qkv_bias=torch.zeros(256, dtype=torch.bfloat16)), CPU)),
     ("monokernel", "context", lambda: monokernel.context_reason(8192, 4096)),
     ("monokernel", "tp_option_off", lambda: monokernel.tp_option_reason(2, False)),
+    ("monokernel", "fp8_option_off", lambda: monokernel.fp8_option_reason("tensor", False)),
     ("monokernel", "tp_needs_buffer", lambda: monokernel.shape_reason(_shape(tp_size=2), 1)),
     ("monokernel", "tp_sharding", lambda: monokernel.shape_reason(_shape(tp_size=2), 4)),
     ("monokernel", "tp_sharding", lambda: monokernel.tp_reason(_shape(tp_size=2), 4)),

@@ -35,7 +35,7 @@ def select_step(
         return torch_step
     from kog_backend import ops
 
-    reason = ops.load_reason()
+    reason = ops.load_reason() or mk_gate.fp8_option_reason(weights.fp8, config.fp8_weights)
     if reason is None:
         from kog_backend.monokernel import Monokernel, unsupported_reason
 

@@ -35,6 +35,8 @@ REASONS = {
     "lm_head_rows": "lm_head has {rows} rows for {entries} vocabulary entries",
     "qkv_bias_undeclared": "layer {layer} has a QKV bias that the shape does not declare",
     "context": "max_model_len {max_model_len} exceeds the RoPE cache's {rows} rows",
+    "fp8_option_off": "fp8 ({layout}) weights: the FP8 kernel is off (kog option fp8_weights; not yet verified on a "
+                      "GPU)",
     # tensor parallelism
     "tp_option_off": "tensor parallelism {tp}: the TP monokernel is off (kog option tp_monokernel; verified with "
                      "ranks sharing one GPU, not yet on several GPUs)",
@@ -75,6 +77,16 @@ def launch_failed(error: Any) -> str:
 
 def kernel_abort(detail: str) -> str:
     return REASONS["kernel_abort"].format(detail=detail)
+
+
+def fp8_option_reason(fp8: str | None, fp8_weights: bool) -> str | None:
+    """FP8 projections (DecoderWeights.fp8, a quant_format layout) run on the FP8 kernel only with the kog option
+    fp8_weights."""
+    if fp8 is not None and not fp8_weights:
+        from kog_backend.path.quant_format import Fp8Format
+
+        return REASONS["fp8_option_off"].format(layout=Fp8Format("fp8", fp8).describe())
+    return None
 
 
 def tp_option_reason(tp_size: int, tp_monokernel: bool) -> str | None:

@@ -219,6 +219,8 @@ def _run_offline(args: argparse.Namespace, prompt_lens: list[int] | None = None)
     from kog_backend.tools.bench import weights
 
     kog_options = {**DEFAULT_KOG_OPTIONS, **args.kog_options}
+    if getattr(args, "fp8", None):  # the FP8 kernel is opt-in (config.py fp8_weights): --fp8 benchmarks it
+        kog_options.setdefault("fp8_weights", True)
     # -K wins over the options' tokens_per_step; without either, kog's default.
     k = args.tokens_per_step or kog_options.get("tokens_per_step") or DEFAULT_K
     kog = dict(kog_options, tokens_per_step=k)
