@@ -24,3 +24,38 @@ def require_test_extension() -> None:
     reason = ops.kog_test_load_reason()
     if reason is not None:
         pytest.skip(f"test extension: {reason}", allow_module_level=True)
+
+
+def burst_equals_steps(mk, caches, bt, pos, first_token, n, errors, block_size, on_step=None):
+    """n K = 1 launches from position `pos` (each fed the previous token; on_step(t, p, slot, token), if given, runs
+    after launch t to check it), then one K = n launch from the same caches: the same tokens, and the same caches bit
+    for bit, else a line in `errors`. Returns the tokens of the K = 1 launches."""
+    import torch
+
+    dev = bt.device
+    init = [c.clone() for c in caches]
+    token, toks = first_token, []
+    for t in range(n):
+        p = pos + t
+        sl = int(bt[p // block_size]) * block_size + p % block_size
+        tok = mk.step(torch.tensor([token], device=dev), torch.tensor([p], device=dev), bt,
+                      torch.tensor([sl], device=dev))
+        if on_step is not None:
+            on_step(t, p, sl, token)
+        token = int(tok.item())
+        toks.append(token)
+    if mk.diagnostics() is not None:
+        errors.append(f"timeout: {mk.diagnostics()}")
+        mk.reset_counters()
+    after = [c.clone() for c in caches]
+    for c, c0 in zip(caches, init):
+        c.copy_(c0)
+    slot = int(bt[pos // block_size]) * block_size + pos % block_size
+    tokens, count = mk.generate(torch.tensor([first_token], device=dev), torch.tensor([pos], device=dev), bt,
+                                torch.tensor([slot], device=dev), n)
+    if int(count.item()) != n or tokens.tolist() != toks:
+        errors.append(f"K={n} gave {tokens.tolist()} (count {int(count.item())}), K=1 steps {toks}")
+    for i, (c, a) in enumerate(zip(caches, after)):
+        if not torch.equal(c.view(torch.int16), a.view(torch.int16)):
+            errors.append(f"layer {i}: K={n} cache differs from {n} K=1 steps")
+    return toks

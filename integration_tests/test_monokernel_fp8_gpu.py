@@ -20,7 +20,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_gpu import require_sm90_extension  # noqa: E402
+from kernel_gpu import burst_equals_steps, require_sm90_extension  # noqa: E402
 
 from kog_backend.monokernel import Monokernel, reference, synthetic  # noqa: E402
 from kog_backend.path.quant_format import LAYOUTS  # noqa: E402
@@ -105,31 +105,11 @@ def test_fp8_real_shape_layers(layout, name):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_fp8_multi_token_equals_single_steps(layout):
     """Five K = 1 launches, then one K = 5 launch from the same caches: the same tokens and caches bit for bit (the
-    loader's scale spans and skip words move with the ring across layers, stages and tokens)."""
+    loader's scale spans move with the ring across layers, stages and tokens)."""
     w, caches, mk = _small("llama", 64, 4, True, layout)
-    pos, slot, bt = _prepare(w, caches, 41, 11)
-    init = [c.clone() for c in caches]
-    token, toks = 123, []
-    for t in range(5):
-        p = pos + t
-        sl = int(bt[p // BS]) * BS + p % BS
-        tok = mk.step(torch.tensor([token], device=DEV), torch.tensor([p], device=DEV), bt, torch.tensor([sl], device=DEV))
-        token = int(tok.item())
-        toks.append(token)
+    pos, _, bt = _prepare(w, caches, 41, 11)
     errors: list[str] = []
-    if mk.diagnostics() is not None:
-        errors.append(f"timeout: {mk.diagnostics()}")
-        mk.reset_counters()
-    after = [c.clone() for c in caches]
-    for c, c0 in zip(caches, init):
-        c.copy_(c0)
-    tokens, count = mk.generate(torch.tensor([123], device=DEV), torch.tensor([pos], device=DEV), bt,
-                                torch.tensor([slot], device=DEV), 5)
-    if int(count.item()) != 5 or tokens.tolist() != toks:
-        errors.append(f"K=5 launch gave {tokens.tolist()[: int(count.item())]}, steps gave {toks}")
-    for i, (c, a) in enumerate(zip(caches, after)):
-        if not torch.equal(c.view(torch.int16), a.view(torch.int16)):
-            errors.append(f"layer {i}: K=5 cache differs from five K=1 steps")
+    burst_equals_steps(mk, caches, bt, pos, 123, 5, errors, BS)
     assert not errors, "\n".join(errors)
 
 

@@ -19,7 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_gpu import require_sm90_extension  # noqa: E402
+from kernel_gpu import burst_equals_steps, require_sm90_extension  # noqa: E402
 
 from kog_backend.monokernel import Monokernel, layout, reference, synthetic  # noqa: E402
 
@@ -96,32 +96,15 @@ def test_multi_token_launch_equals_single_steps(name):
     """Five K = 1 launches (each against reference_step fed the kernel's own tokens) and one K = 5 launch from the
     same caches give the same tokens and the same caches bit for bit."""
     w, caches, mk = _model(name)
-    pos, slot, bt = _prepare(w, caches, 101, 13)
-    init = [c.clone() for c in caches]
+    pos, _, bt = _prepare(w, caches, 101, 13)
     ref_caches = [c.clone() for c in caches]
-    token, toks, errors = 321, [], []
-    for t in range(5):
-        p = pos + t
-        sl = int(bt[p // BS]) * BS + p % BS
-        tok = mk.step(torch.tensor([token], device=DEV), torch.tensor([p], device=DEV), bt,
-                      torch.tensor([sl], device=DEV))
+    errors: list[str] = []
+
+    def against_reference(t, p, sl, token):
         r = reference.reference_step(w, ref_caches, token, p, sl, bt, mk.attention_splits(p + 1))
         rel = ((mk.logits_scratch.float() - r["logits"].float()).norm() / r["logits"].float().norm()).item()
         if not math.isfinite(rel) or rel > 2e-2:
             errors.append(f"step {t}: logits rel err {rel:.2e}")
-        token = int(tok.item())
-        toks.append(token)
-    if mk.diagnostics() is not None:
-        errors.append(f"timeout: {mk.diagnostics()}")
-        mk.reset_counters()
-    after = [c.clone() for c in caches]
-    for c, c0 in zip(caches, init):
-        c.copy_(c0)
-    tokens, count = mk.generate(torch.tensor([321], device=DEV), torch.tensor([pos], device=DEV), bt,
-                                torch.tensor([slot], device=DEV), 5)
-    if int(count.item()) != 5 or tokens.tolist() != toks:
-        errors.append(f"K=5 gave {tokens.tolist()} (count {int(count.item())}), K=1 steps {toks}")
-    for i, (c, a) in enumerate(zip(caches, after)):
-        if not torch.equal(c.view(torch.int16), a.view(torch.int16)):
-            errors.append(f"layer {i}: K=5 cache differs from five K=1 steps")
+
+    burst_equals_steps(mk, caches, bt, pos, 321, 5, errors, BS, against_reference)
     assert not errors, "\n".join(errors)
