@@ -86,6 +86,17 @@ __device__ __forceinline__ Chunk chunk_of_fp8(const StageGeom& g, const bf16* w,
   }
   return ch;
 }
+// Copies the loader keeps in flight (run_loader's cap, ModelArgs::max_inflight) while it streams FP8 chunks of
+// `bytes` rows: about cap slots' worth of bytes (tuning.md kMaxInflight: two 32 KiB copies carry the read stream).
+// A bf16 chunk fills its slot wherever the slot limits nu; an FP8 chunk of the same rows is half as long, and nu
+// stops at kConsumerWarps, so it takes more copies to keep as many bytes in flight. At most ns - 1; the bf16 LM head
+// of an FP8 kernel keeps cap.
+__device__ __forceinline__ int fp8_inflight_cap(int cap, int ns, size_t slot_bytes, uint32_t bytes) {
+  if (cap <= 0 || cap >= ns || bytes == 0) return cap;
+  const int n = static_cast<int>((static_cast<uint64_t>(cap) * slot_bytes) / bytes);
+  return min(ns - 1, max(cap, n));
+}
+
 // Shared-memory offset (bytes) of the up rows of an FP8 gate/up chunk inside its slot: nu rows of K bytes.
 __device__ __forceinline__ uint32_t fp8_pair_offset_bytes(int K, int nu) { return static_cast<uint32_t>(nu) * K; }
 

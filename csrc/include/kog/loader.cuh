@@ -183,11 +183,14 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
       }
     }
     mbar_wait(&hdr.empty[slot], phase ^ 1u, ctrs, kSiteEmpty);
-    if (cap > 0 && cap < ns && issued >= cap) {
-      // At most `cap` copies in flight: the one issued `cap` copies ago (slot - cap, in this lap of the ring or
+    int capn = cap;
+    if constexpr (kFp8) capn = fp8_inflight_cap(cap, ns, slot_bytes, ch.bytes0 + ch.bytes1);
+    if (capn > 0 && capn < ns && issued >= capn) {
+      // At most `capn` copies in flight: the one issued `capn` copies ago (slot - capn, in this lap of the ring or
       // the previous one) must have landed. Its full phase cannot have moved on since: the slot is refilled
-      // only after this loader has issued ns - cap more copies.
-      int ps = slot - cap;
+      // only after this loader has issued ns - capn more copies (capn may change between stages: any capn < ns
+      // names a copy this loader issued whose phase is still the one computed here).
+      int ps = slot - capn;
       uint32_t pp = phase;
       if (ps < 0) {
         ps += ns;
