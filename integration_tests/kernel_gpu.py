@@ -59,3 +59,19 @@ def burst_equals_steps(mk, caches, bt, pos, first_token, n, errors, block_size, 
         if not torch.equal(c.view(torch.int16), a.view(torch.int16)):
             errors.append(f"layer {i}: K={n} cache differs from {n} K=1 steps")
     return toks
+
+
+def logits_follow_reference(w, mk, bt, ref_caches, errors):
+    """An on_step for burst_equals_steps: each K = 1 launch's logits within 2e-2 relative norm of reference_step's,
+    run on ref_caches (a copy of the caches, which it advances) with the same token."""
+    import math
+
+    from kog_backend.monokernel import reference
+
+    def check(t, p, sl, token):
+        r = reference.reference_step(w, ref_caches, token, p, sl, bt, mk.attention_splits(p + 1))
+        rel = ((mk.logits_scratch.float() - r["logits"].float()).norm() / r["logits"].float().norm()).item()
+        if not math.isfinite(rel) or rel > 2e-2:
+            errors.append(f"step {t}: logits rel err {rel:.2e}")
+
+    return check

@@ -23,7 +23,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_gpu import require_sm90_extension  # noqa: E402
+from kernel_gpu import burst_equals_steps, logits_follow_reference, require_sm90_extension  # noqa: E402
 
 from kog_backend.path.model_spec import kv_cache_view  # noqa: E402
 from kog_backend.monokernel import Monokernel, reference, synthetic, unsupported_reason  # noqa: E402
@@ -228,31 +228,11 @@ def test_consecutive_steps_and_multi_token(arch, head_dim):
     pos, slot, bt = _prepare(w, caches, start + 1, 11)
     ref_caches = [c.clone() for c in caches]
     init_caches = [c.clone() for c in caches]
-    token, toks, errors = 123, [], []
-    for t in range(5):
-        p = pos + t
-        sl = int(bt[p // BS]) * BS + p % BS
-        tok = mk.step(torch.tensor([token], device=DEV), torch.tensor([p], device=DEV), bt, torch.tensor([sl], device=DEV))
-        r = reference.reference_step(w, ref_caches, token, p, sl, bt, mk.attention_splits(p + 1))
-        got = int(tok.item())
-        rel = ((mk.logits_scratch.float() - r["logits"].float()).norm() / r["logits"].float().norm()).item()
-        if rel > 2e-2:
-            errors.append(f"step {t}: logits rel err {rel:.2e}")
-        toks.append(got)
-        token = got
-    if mk.diagnostics() is not None:
-        errors.append(f"timeout: {mk.diagnostics()}")
-        mk.reset_counters()
-    after_steps = [c.clone() for c in caches]
-    for c, c0 in zip(caches, init_caches):
-        c.copy_(c0)
+    errors: list[str] = []
+
+    toks = burst_equals_steps(mk, caches, bt, pos, 123, 5, errors, BS,
+                              logits_follow_reference(w, mk, bt, ref_caches, errors))
     ids = torch.tensor([123], device=DEV)
-    tokens, count = mk.generate(ids, torch.tensor([pos], device=DEV), bt, torch.tensor([slot], device=DEV), 5)
-    if int(count.item()) != 5 or tokens.tolist() != toks:
-        errors.append(f"K=5 launch gave {tokens.tolist()[: int(count.item())]} (count {int(count.item())}), steps gave {toks}")
-    for i, (c, a) in enumerate(zip(caches, after_steps)):
-        if not torch.equal(c.view(torch.int16), a.view(torch.int16)):
-            errors.append(f"layer {i}: K=5 cache differs from five K=1 steps")
     for c, c0 in zip(caches, init_caches):
         c.copy_(c0)
     stop = torch.tensor([toks[2], 10**9], dtype=torch.int64, device=DEV)

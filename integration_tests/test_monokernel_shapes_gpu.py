@@ -13,13 +13,12 @@ argmax of the kernel's logits, end to end against reference_step; then five K = 
 
 from __future__ import annotations
 
-import math
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_gpu import burst_equals_steps, require_sm90_extension  # noqa: E402
+from kernel_gpu import burst_equals_steps, logits_follow_reference, require_sm90_extension  # noqa: E402
 
 from kog_backend.monokernel import Monokernel, layout, reference, synthetic  # noqa: E402
 
@@ -99,12 +98,5 @@ def test_multi_token_launch_equals_single_steps(name):
     pos, _, bt = _prepare(w, caches, 101, 13)
     ref_caches = [c.clone() for c in caches]
     errors: list[str] = []
-
-    def against_reference(t, p, sl, token):
-        r = reference.reference_step(w, ref_caches, token, p, sl, bt, mk.attention_splits(p + 1))
-        rel = ((mk.logits_scratch.float() - r["logits"].float()).norm() / r["logits"].float().norm()).item()
-        if not math.isfinite(rel) or rel > 2e-2:
-            errors.append(f"step {t}: logits rel err {rel:.2e}")
-
-    burst_equals_steps(mk, caches, bt, pos, 321, 5, errors, BS, against_reference)
+    burst_equals_steps(mk, caches, bt, pos, 321, 5, errors, BS, logits_follow_reference(w, mk, bt, ref_caches, errors))
     assert not errors, "\n".join(errors)

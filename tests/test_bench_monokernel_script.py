@@ -3,20 +3,13 @@ table's weights column."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import benchmark_scripts
 
 
 def _module():
-    path = os.path.join(ROOT, "benchmarks", "bench_monokernel.py")
-    spec = importlib.util.spec_from_file_location("bench_monokernel", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark_scripts.load("bench_monokernel")
 
 
 def test_fp8_flag():

@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import benchmark_scripts
 
 
 def _module():
-    path = os.path.join(ROOT, "benchmarks", "bench_tp_monokernel.py")
-    spec = importlib.util.spec_from_file_location("bench_tp_monokernel", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark_scripts.load("bench_tp_monokernel")
 
 
 def test_table_reports_the_cost_of_one_all_reduce():

@@ -395,13 +395,9 @@ def test_exit_status_failed_row():
 
 
 def _render_module():
-    import importlib.util
+    import benchmark_scripts
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "render_performance.py")
-    spec = importlib.util.spec_from_file_location("render_performance", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark_scripts.load("render_performance")
 
 
 def test_render_performance(tmp_path):
