@@ -28,7 +28,6 @@ namespace kog {
 
 enum Fp8Scaling : int { kFp8None = 0, kFp8PerTensor = 1, kFp8PerRow = 2, kFp8Block128 = 3 };
 constexpr int kFp8BlockLen = 128;      // rows and columns of one scale block
-constexpr int kFp8VecElems = 16;       // e4m3 values per 16-byte vector
 constexpr int kFp8MaxRowScales = MonoConfig::kConsumerWarps;  // scales of one half of a per-row chunk (nu)
 
 __host__ __device__ constexpr int fp8_block_cols(int K) { return (K + kFp8BlockLen - 1) / kFp8BlockLen; }
@@ -86,6 +85,7 @@ __device__ __forceinline__ Chunk chunk_of_fp8(const StageGeom& g, const bf16* w,
   }
   return ch;
 }
+
 // Copies the loader keeps in flight (run_loader's cap, ModelArgs::max_inflight) while it streams FP8 chunks of
 // `bytes` rows: about cap slots' worth of bytes (tuning.md kMaxInflight: two 32 KiB copies carry the read stream).
 // A bf16 chunk fills its slot wherever the slot limits nu; an FP8 chunk of the same rows is half as long, and nu
