@@ -26,10 +26,12 @@ class ModelReport:
     gpu: str
     utilization: float
     fp8_scales: tuple[bool, str] | None = None  # (ok, line) for an FP8 checkpoint directory, else None
+    fp8_option: str | None = None  # an FP8 model's refusal without the kog option fp8_weights (the default), else None
 
     @property
     def runs(self) -> bool:
-        return self.verdict.ok and self.memory.fits and (self.fp8_scales is None or self.fp8_scales[0])
+        return (self.verdict.ok and self.memory.fits and (self.fp8_scales is None or self.fp8_scales[0])
+                and self.fp8_option is None)
 
     def lines(self) -> list[str]:
         v = self.verdict
@@ -46,6 +48,9 @@ class ModelReport:
         if self.fp8_scales is not None:
             ok, line = self.fp8_scales
             out.append(f"[{'ok  ' if ok else 'FAIL'}] fp8 scales: {line}")
+        if self.fp8_option is not None:
+            out.append(f"[FAIL] {self.fp8_option}: with --kog-options '{{\"fp8_weights\": true}}' the FP8 kernel "
+                       "serves it")
         mark = "ok  " if self.memory.fits else "FAIL"
         out.append(f"[{mark}] memory on {self.gpu}: {self.memory.describe(self.utilization)}")
         out.append("")
@@ -59,6 +64,7 @@ class ModelReport:
             "runs": self.runs,
             "reason": self.verdict.reason,
             "fp8_scales": None if self.fp8_scales is None else {"ok": self.fp8_scales[0], "line": self.fp8_scales[1]},
+            "fp8_option": self.fp8_option,
             "gpu": self.gpu,
             "fits": self.memory.fits,
             "max_context": self.memory.max_context,
@@ -91,7 +97,19 @@ def model_report(path_or_name: str, gpu: str = "h100", sm_count: int = coverage.
     v = coverage.verdict(cfg, sm_count, tp_size)
     mem = coverage.memory_fit(cfg, coverage.GPU_MEMORY[gpu] * tp_size, utilization)
     scales = fp8_scales(path_or_name, cfg) if os.path.isdir(path_or_name) else None
-    return ModelReport(source, v, mem, gpu if tp_size == 1 else f"{tp_size} x {gpu}", utilization, scales)
+    return ModelReport(source, v, mem, gpu if tp_size == 1 else f"{tp_size} x {gpu}", utilization, scales,
+                       fp8_option_reason(cfg) if v.ok else None)
+
+
+def fp8_option_reason(cfg: dict[str, Any]) -> str | None:
+    """The gate's reason for an FP8 model under kog's default options (fp8_weights off), else None."""
+    from kog_backend.path import quant_format
+    from kog_backend.path.gate import monokernel as mk_gate
+
+    fmt = quant_format.weight_format(cfg.get("quantization_config"))
+    if not isinstance(fmt, quant_format.Fp8Format):
+        return None
+    return mk_gate.fp8_option_reason(fmt.layout, False)
 
 
 def fp8_scales(checkpoint_dir: str, cfg: dict[str, Any]) -> tuple[bool, str] | None:
