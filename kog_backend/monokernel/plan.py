@@ -40,8 +40,7 @@ class StagePlan:
     @property
     def chunk_bytes(self) -> int:
         """Bytes of a slot one chunk uses: nu units' rows, then (FP8) its scale spans."""
-        rows = self.nu * self.k * self.elem_bytes * (2 if self.pair else 1)
-        return rows + (fp8_tail_bytes(self.k, self.pair) if self.elem_bytes == 1 else 0)
+        return chunk_bytes(self.k, self.nu, self.pair, self.elem_bytes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +81,13 @@ def fp8_tail_bytes(k: int, pair: bool) -> int:
     return (2 if pair else 1) * fp8_span_bytes(k)
 
 
+def chunk_bytes(k: int, nu: int, pair: bool, elem_bytes: int) -> int:
+    """Bytes of a slot a chunk of nu units takes: their rows (k elements of elem_bytes; a gate/up unit two rows),
+    then, for FP8 rows (elem_bytes 1), the scale spans (fp8_tail_bytes)."""
+    rows = nu * (2 if pair else 1) * k * elem_bytes
+    return rows + (fp8_tail_bytes(k, pair) if elem_bytes == 1 else 0)
+
+
 def units_per_chunk(k: int, rows_per_unit: int, slot_bytes: int = CONFIG["kSlotBytes"],
                     elem_bytes: int = 2) -> int | None:
     """Largest power-of-two nu <= kConsumerWarps whose chunk (nu units of rows_per_unit rows of k elements of
@@ -89,10 +95,9 @@ def units_per_chunk(k: int, rows_per_unit: int, slot_bytes: int = CONFIG["kSlotB
     not a whole number of 16-byte vectors or one unit does not fit."""
     if k * elem_bytes < 16 or (k * elem_bytes) % 16:
         return None
-    tail = fp8_tail_bytes(k, rows_per_unit == 2) if elem_bytes == 1 else 0
     nu = CONFIG["kConsumerWarps"]
     while nu >= 1:
-        if nu * rows_per_unit * k * elem_bytes + tail <= slot_bytes:
+        if chunk_bytes(k, nu, rows_per_unit == 2, elem_bytes) <= slot_bytes:
             return nu
         nu //= 2
     return None
@@ -145,8 +150,7 @@ def make_plan(shape, sm_count: int, weight_bytes: int = 2) -> Plan | str:
         reason = tiling.stage_input_reason(name, field, k, eb)
         if reason is not None:
             return reason
-    slot = slot_bytes_for(max(k * eb * (2 if pair else 1) + (fp8_tail_bytes(k, pair) if eb == 1 else 0)
-                              for k, _, pair, eb in specs))  # fmt: skip
+    slot = slot_bytes_for(max(chunk_bytes(k, 1, pair, eb) for k, _, pair, eb in specs))
     stages = []
     for k, n, pair, eb in specs:
         nu = units_per_chunk(k, 2 if pair else 1, slot, eb)

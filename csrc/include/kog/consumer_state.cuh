@@ -54,8 +54,8 @@ struct LaunchFlag<false> {
 // What every consumer step reads: the launch's arguments, read once at its start, in the order the single-function
 // run_consumers read them (the order of these loads is part of the code NVVM emits). Only values known at run time
 // are fields (see TpRanks, LaunchFlag).
-// The layer projections' FP8 scaling (fp8.cuh) is a base, Consumers::fp8: empty in a bf16 kernel, so that its
-// Consumers has the layout (and the code) it has without FP8.
+// The layer projections' FP8 scaling (fp8.cuh) is a base, Consumers::fp8_mode: empty in a bf16 kernel (the constant
+// kFp8None), so that its Consumers has the layout (and the code) it has without FP8.
 template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
 struct Consumers : Fp8Mode<kFp8> {
   const ModelArgs& m;

@@ -83,9 +83,7 @@ def fp8_option_reason(fp8: str | None, fp8_weights: bool) -> str | None:
     """FP8 projections (DecoderWeights.fp8, a quant_format layout) run on the FP8 kernel only with the kog option
     fp8_weights."""
     if fp8 is not None and not fp8_weights:
-        from kog_backend.path.quant_format import Fp8Format
-
-        return REASONS["fp8_option_off"].format(layout=Fp8Format("fp8", fp8).describe())
+        return REASONS["fp8_option_off"].format(layout=quant_format.Fp8Format("fp8", fp8).describe())
     return None
 
 

@@ -99,18 +99,13 @@ def is_fp8(m: ModelResult) -> bool:
     return (m.weight_format or "").startswith(FP8_PREFIX)
 
 
-def _kog_tok_s(m: ModelResult) -> float | None:
-    r = m.row("kog")
-    return r.tok_s if r is not None and r.ok else None
-
-
 def conclude_pairs(report: BenchReport) -> None:
     """Each FP8 model's kog tok/s over its bf16 checkpoint's (kog_fp8_over_bf16), for --also-bf16's pairs."""
     by_label = {m.model: m for m in report.models}
     for b in report.models:
         f = by_label.get(b.bf16_of or "")
         if f is not None:
-            f.kog_fp8_over_bf16 = metrics.speedup(_kog_tok_s(f), _kog_tok_s(b))
+            f.kog_fp8_over_bf16 = metrics.speedup(f.tok_s("kog"), b.tok_s("kog"))
 
 
 def header_lines(report: BenchReport) -> list[str]:
@@ -136,9 +131,7 @@ def ratio_lines(report: BenchReport) -> list[str]:
         f = by_label.get(b.bf16_of or "")
         if f is None:
             continue
-        if f.kog_fp8_over_bf16 is None:
-            out.append(f"kog FP8 / kog bf16, {f.model} / {b.model}: - (a kog row is missing or failed)")
-            continue
-        out.append(f"kog FP8 / kog bf16, {f.model} / {b.model}: {f.kog_fp8_over_bf16:.2f}x "
-                   f"({_kog_tok_s(f):.1f} / {_kog_tok_s(b):.1f} tok/s, same run)")
+        value = None if f.kog_fp8_over_bf16 is None else f"{f.kog_fp8_over_bf16:.2f}x"
+        out.append(metrics.ratio_line(f"kog FP8 / kog bf16, {f.model} / {b.model}", value, f.tok_s("kog"),
+                                      b.tok_s("kog"), "same run"))
     return out

@@ -72,14 +72,9 @@ def greedy_model(sampled: ModelResult) -> ModelResult:
     )
 
 
-def _kog_tok_s(m: ModelResult) -> float | None:
-    r = m.row("kog")
-    return r.tok_s if r is not None and r.ok else None
-
-
 def kog_of_greedy(sampled: ModelResult, greedy: ModelResult) -> float | None:
     """Sampled kog tok/s / greedy kog tok/s (a fraction), None without both kog rows."""
-    return metrics.speedup(_kog_tok_s(sampled), _kog_tok_s(greedy))
+    return metrics.speedup(sampled.tok_s("kog"), greedy.tok_s("kog"))
 
 
 def sampled_models(report: BenchReport) -> list[ModelResult]:
@@ -109,9 +104,7 @@ def ratio_lines(report: BenchReport) -> list[str]:
         g = greedy_of(report, m)
         if g is None or (m.row("kog") is None and g.row("kog") is None):  # none, or --only stock
             continue
-        if m.sampled_kog_of_greedy is None:
-            out.append(f"sampled kog / greedy kog, {m.model}: - (a kog row is missing or failed)")
-            continue
-        out.append(f"sampled kog / greedy kog, {m.model}: {100 * m.sampled_kog_of_greedy:.1f}% "
-                   f"({_kog_tok_s(m):.1f} / {_kog_tok_s(g):.1f} tok/s, same engine process)")
+        value = None if m.sampled_kog_of_greedy is None else f"{100 * m.sampled_kog_of_greedy:.1f}%"
+        out.append(metrics.ratio_line(f"sampled kog / greedy kog, {m.model}", value, m.tok_s("kog"), g.tok_s("kog"),
+                                      "same engine process"))
     return out

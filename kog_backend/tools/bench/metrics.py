@@ -61,3 +61,11 @@ def speedup(kog_tok_s: float | None, stock_tok_s: float | None) -> float | None:
     if not kog_tok_s or not stock_tok_s:
         return None
     return kog_tok_s / stock_tok_s
+
+
+def ratio_line(what: str, value: str | None, num_tok_s: float | None, den_tok_s: float | None, where: str) -> str:
+    """A line under the table comparing two kog rows: `what: value (num / den tok/s, where)`, or that a row is
+    missing (value None)."""
+    if value is None:
+        return f"{what}: - (a kog row is missing or failed)"
+    return f"{what}: {value} ({num_tok_s:.1f} / {den_tok_s:.1f} tok/s, {where})"

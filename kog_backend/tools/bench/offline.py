@@ -443,7 +443,7 @@ def conclude_model(result: ModelResult, s: Settings) -> None:
     """Speedup, the sampling in force, and for greedy rows stock's tokens against kog's (not with dummy weights:
     their tokens mean nothing)."""
     stock, kog = result.row("stock"), result.row("kog")
-    result.speedup = metrics.speedup(kog.tok_s if kog and kog.ok else None, stock.tok_s if stock and stock.ok else None)
+    result.speedup = metrics.speedup(result.tok_s("kog"), result.tok_s("stock"))
     result.sampling = model_sampling(result)
     if result.sampling and sampling.is_greedy(result.sampling["params"]) and not s.dummy_weights:
         result.tokens_match, result.first_mismatch = compare_tokens(stock, kog)

@@ -75,6 +75,11 @@ class ModelResult:
     def row(self, impl: str) -> RunResult | None:
         return next((r for r in self.rows if r.impl == impl), None)
 
+    def tok_s(self, impl: str) -> float | None:
+        """The tok/s of row `impl` where it ran, else None."""
+        r = self.row(impl)
+        return r.tok_s if r is not None and r.ok else None
+
     @property
     def bytes_per_token(self) -> float | None:
         if self.weight_bytes_per_token is None:
