@@ -115,7 +115,8 @@ def _prepare(w, caches, ctx, seed):
     return pos, slot, bt
 
 
-def _check_step(w, caches, mk, token, pos, slot, bt, logits_out, errors, pre, got_token, splits=None, block=BS):
+def _check_step(w, caches, mk, token, pos, slot, bt, logits_out, errors, pre, got_token, splits=None, block=BS,
+                partials_tol=None):
     """Every stage's output against the schedule's reference from the kernel's own inputs; with splits > 1 (the
     attention splits the launch took, default the plan's) also the partials (m, l, acc) and their combine. block:
     the caches' block size (positions). Returns the kernel's buffers, or None (an error appended) when a wait timed
@@ -134,7 +135,7 @@ def _check_step(w, caches, mk, token, pos, slot, bt, logits_out, errors, pre, go
         for n in BF16_NAMES:
             _close(errors, f"layer {i} {n}", g[n], e[n])
         if splits > 1:
-            _check_partials(errors, i, g, e)
+            _check_partials(errors, i, g, e, partials_tol)
         # KV: this slot holds k_new/v_new, nothing else changed (masked in place: no second cache-sized tensor at
         # long contexts).
         view = kv_cache_view(caches[i], s.head_dim)
@@ -153,7 +154,7 @@ def _check_step(w, caches, mk, token, pos, slot, bt, logits_out, errors, pre, go
     return got
 
 
-def _check_partials(errors, i, g, e):
+def _check_partials(errors, i, g, e, tol=None):
     """Layer i's attention partials (m, l, acc per split and query head) and the output combined from them."""
     m_ok = torch.isfinite(g["attn_m"]) | (torch.isneginf(g["attn_m"]) & (g["attn_l"] == 0))
     if not m_ok.all():
@@ -164,7 +165,7 @@ def _check_partials(errors, i, g, e):
     fin = torch.isfinite(em)
     _close(errors, f"layer {i} attn_m", gm[fin], em[fin], 2e-3, 2e-3, 2e-3)
     _close(errors, f"layer {i} attn_l", g["attn_l"][fin], e["attn_l"][fin], 2e-3, 2e-3, 2e-3)
-    _close(errors, f"layer {i} attn_acc", g["attn_acc"][fin], e["attn_acc"][fin], 2e-3, 2e-3, 2e-3)
+    _close(errors, f"layer {i} attn_acc", g["attn_acc"][fin], e["attn_acc"][fin], *(tol or (2e-3, 2e-3, 2e-3)))
     _close(errors, f"layer {i} attn_out (from partials)", g["attn_out"], e["attn_out_from_partials"])
 
 
@@ -178,8 +179,39 @@ def test_step_matches_reference(arch, tied, head_dim, gqa, ctx):
     split up to kAttnSingleCtx)."""
     if arch == "qwen3" and ctx in (15, 1000, 32000):
         pytest.skip("qwen3 runs a subset of context lengths (1, 16, 17, 4096)")
-    w, caches, mk = _model(arch, head_dim, gqa, tied)
-    ov = {"attn_single_ctx": 0} if ctx % 2 else {}
+    _step_case(arch, tied, head_dim, gqa, ctx, {"attn_single_ctx": 0} if ctx % 2 else {})
+
+
+# Partials of the tensor-core pass: P enters the PV product as bf16 (as in FlashAttention), each weight off by at most
+# 2^-9 relative, so acc gets a random error of about 1.1e-3 of its terms' norm (uniform rounding, 1 / sqrt(3) of
+# the bound); the bounds take 5 sigma. m and l are fp32 as in the CUDA-core passes.
+MMA_PARTIALS_TOL = (4e-3, 6e-3, 3e-3)
+
+
+@pytest.mark.parametrize("ctx", [33, 300, 1001, 4096, 31999])
+@pytest.mark.parametrize("gqa", [1, 4, 8])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("mode", ["pipelined", "mma"])
+def test_attention_modes_match_reference(mode, head_dim, gqa, ctx):
+    """attn_mode pipelined (a split's next round of K / V loads issued before this round's arithmetic) and mma (the
+    tensor-core pass): every stage and the logits against the reference, at split lengths of one round plus a few
+    positions (ctx 33 in one split), an odd and an even number of rounds, and 2,000 positions per split (ctx
+    31999)."""
+    code = _config("kAttnModePipelined") if mode == "pipelined" else _config("kAttnModeMma")
+    ov = {"attn_mode": code, "attn_single_ctx": 64 if ctx == 33 else 0}
+    _step_case("llama", True, head_dim, gqa, ctx, ov, MMA_PARTIALS_TOL if mode == "mma" else None)
+
+
+@pytest.mark.parametrize("arch,head_dim,gqa", [("qwen3", 128, 2), ("llama", 128, 4)])
+def test_mma_attention_hnd_and_qwen3(arch, head_dim, gqa):
+    """The tensor-core pass on Qwen3 (qk-norm, HP 2) and on the HND cache layout (strided rows)."""
+    ov = {"attn_mode": _config("kAttnModeMma"), "attn_single_ctx": 0}
+    _step_case(arch, arch == "llama", head_dim, gqa, 2049, ov, MMA_PARTIALS_TOL,
+               cache_layout="HND" if arch == "llama" else "NHD")
+
+
+def _step_case(arch, tied, head_dim, gqa, ctx, ov, partials_tol=None, cache_layout="NHD"):
+    w, caches, mk = _model(arch, head_dim, gqa, tied, layout=cache_layout)
     table = mk.variant_table(**ov) if ov else None
     splits = mk.attention_splits(ctx, **ov)
     seed = ctx * 7 + gqa * 131 + head_dim
@@ -195,7 +227,8 @@ def test_step_matches_reference(arch, tied, head_dim, gqa, ctx):
     torch.cuda.synchronize()
     got_token = int(tok.item())
     errors: list[str] = []
-    _check_step(w, caches, mk, token, pos, slot, bt, logits_out, errors, pre, got_token, splits)
+    _check_step(w, caches, mk, token, pos, slot, bt, logits_out, errors, pre, got_token, splits,
+                partials_tol=partials_tol)
     ref = reference.reference_step(w, pre, token, pos, slot, bt, splits)
     logits = (logits_out if use_logits_out else mk.logits_scratch).float()
     rel = ((logits - ref["logits"].float()).norm() / ref["logits"].float().norm()).item()

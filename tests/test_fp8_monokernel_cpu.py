@@ -42,7 +42,9 @@ def _tiny(arch="qwen3", L=2, H=256, nh=4, nkv=2, D=64, I=384, V=512):  # noqa: E
 
 def test_table_has_the_fp8_fields_in_the_header_order():
     assert layout.LAYER_FIELDS[-1] == "qkv_bias"  # the bf16 kernels' layer table is unchanged
-    assert layout.MODEL_FIELDS[-3:] == (("slot_bytes", "i", 1), ("fp8_scaling", "i", 1), ("fp8_scales", "p", 1))
+    names = [f[0] for f in layout.MODEL_FIELDS]
+    i = names.index("slot_bytes")
+    assert layout.MODEL_FIELDS[i : i + 3] == (("slot_bytes", "i", 1), ("fp8_scaling", "i", 1), ("fp8_scales", "p", 1))
     assert layout.FP8_SCALE_FIELDS == ("qkv", "o_proj", "gate_up", "down")
     assert layout.FP8_SCALING == {None: 0, "tensor": 1, "channel": 2, "block": 3}
     assert set(layout.FP8_SCALING) - {None} == set(LAYOUTS)

@@ -67,6 +67,7 @@ MODEL_FIELDS: tuple[tuple[str, str, int], ...] = (
     ("slot_bytes", "i", 1),
     ("fp8_scaling", "i", 1),
     ("fp8_scales", "p", 1),
+    ("attn_mode", "i", 1),
 )
 
 LAYER_FIELDS: tuple[str, ...] = (
@@ -144,6 +145,9 @@ CONFIG: dict[str, int] = {
     "kFp8PerTensor": 1,
     "kFp8PerRow": 2,
     "kFp8Block128": 3,
+    "kAttnMode": 0,
+    "kAttnModePipelined": 1,
+    "kAttnModeMma": 2,
 }
 CONFIG_NAMES = tuple(CONFIG)
 

@@ -6,13 +6,16 @@
 //   scores in log2 units: s = (q . k) * D^-0.5 * log2(e); m = max s; l = sum 2^(s - m); acc = sum 2^(s - m) v
 //   out = sum_j 2^(m_j - M) acc_j / sum_j 2^(m_j - M) l_j,  M = max_j m_j
 //
-// Lane layout: a group of LPP = D / 8 lanes holds one position (16 B of K and of V per lane), a warp holds
-// PPW = 32 / LPP positions, kAttnUnroll positions per group are loaded before the first use.
+// Lane layout of the CUDA-core passes: a group of LPP = D / 8 lanes holds one position (16 B of K and of V per lane),
+// a warp holds PPW = 32 / LPP positions, kAttnUnroll positions per group are loaded before the first use. The
+// tensor-core pass (ModelArgs::attn_mode kAttnModeMma, long splits): attention_mma.cuh.
 #pragma once
 
 #include <cmath>
 
 #include "kog/args.cuh"
+#include "kog/attention_mma.cuh"
+#include "kog/attn_split.cuh"
 #include "kog/config.cuh"
 #include "kog/numerics.cuh"
 #include "kog/rope.cuh"
@@ -21,17 +24,6 @@
 #include "kog/trace.cuh"
 
 namespace kog {
-
-struct AttnTask {
-  int kvh;
-  int split;
-  int start;  // first position of this split
-  int end;    // one past the last (start >= end: empty split)
-  bool owner; // start <= pos < end: appends this token's K/V
-  int bt_first;  // block-table entries [bt_first, bt_first + bt_count) are cached in shared memory
-  int bt_count;  // -1: not cached, read the block table from global memory
-  bool single;   // one split per KV head: split 0 covers the context and writes the output (others are empty)
-};
 
 // Whether this block runs an attention split (kv head b / S, split b % S of nkv x S tasks): the consumers run it,
 // and the loader's hand-off hold waits for its publish, so both must agree.
@@ -52,81 +44,110 @@ __device__ __forceinline__ float dot8f(const float (&q)[8], const uint4 k) {
   return a + b;
 }
 
-__device__ __forceinline__ float exp2_or_zero(float x, float m) { return x == -INFINITY ? 0.f : exp2f(x - m); }
+// One round of a lane group's K / V loads: U positions (16 B of K and of V each); ok[u] false past the split's end or
+// where the block table has no block (then zeros, never used).
+template <int U>
+struct KvRound {
+  uint4 k[U], v[U];
+  bool ok[U];
+};
+
+// Issues the loads of the round starting at position `base` (positions base + u * NG + warp * PPW + group).
+template <int D, int U>
+__device__ __forceinline__ void load_kv_round(const KvSource& src, const AttnTask& task, int base, KvRound<U>& r) {
+  constexpr int W = MonoConfig::kConsumerWarps;
+  constexpr int LPP = D / 8, PPW = 32 / LPP, NG = W * PPW;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int grp = lane / LPP, sub = lane % LPP;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int p = base + u * NG + warp * PPW + grp;
+    r.k[u] = make_uint4(0, 0, 0, 0);
+    r.v[u] = r.k[u];
+    const int64_t off = p < task.end ? src.row(p) : -1;
+    r.ok[u] = off >= 0;
+    if (r.ok[u]) {
+      r.k[u] = ld_cg_v4(src.k + off + sub * 8);
+      r.v[u] = ld_cg_v4(src.v + off + sub * 8);
+    }
+  }
+}
+
+// Folds a loaded round into the online-softmax state (m, l, acc) of this lane's position group for HP query heads.
+template <int D, int U, int HP>
+__device__ __forceinline__ void attend_kv_round(const KvRound<U>& r, int hp, float scale, const float (&q)[HP][8],
+                                                float (&mrun)[HP], float (&lrun)[HP], float (&acc)[HP][8]) {
+  constexpr int LPP = D / 8;
+  float s[U][HP];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+#pragma unroll
+    for (int i = 0; i < HP; ++i) {
+      float v = dot8f(q[i], r.k[u]);
+#pragma unroll
+      for (int off = 1; off < LPP; off <<= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+      s[u][i] = v * scale;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < HP; ++i) {
+    if (i >= hp) continue;
+    float mx = mrun[i];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (r.ok[u]) mx = fmaxf(mx, s[u][i]);
+    if (mx == -INFINITY) continue;
+    const float corr = exp2_or_zero(mrun[i], mx);
+    lrun[i] *= corr;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[i][e] *= corr;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (!r.ok[u]) continue;
+      const float pu = exp2f(s[u][i] - mx);
+      float v[8];
+      unpack8(r.v[u], v);
+      lrun[i] += pu;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[i][e] = fmaf(pu, v[e], acc[i][e]);
+    }
+    mrun[i] = mx;
+  }
+}
 
 // One pass over a split's positions for HP query heads: the online-softmax state (m, l, acc) of this lane's
 // position group, U positions per group loaded before the first use. attention_task instantiates it twice: with
 // kAttnUnroll, and with the unroll that covers kAttnShortLen positions in one round, for splits that short (every
 // split at ctx 32, and up to ctx 512 with 16 splits): the long body's unused unrolled positions are neither
 // computed nor fetched as instructions (the attention code runs once per layer, cold in the instruction cache).
-template <int D, int U, int HP>
-__device__ __forceinline__ void attend_positions(const LayerArgs& L, const AttnTask& task, const int32_t* block_table,
-                                                 int bt_len, const int* bt_s, int bs, int64_t s_blk, int64_t s_pos,
-                                                 int64_t s_head, int kvh, int hp, float scale, const float (&q)[HP][8],
-                                                 float (&mrun)[HP], float (&lrun)[HP], float (&acc)[HP][8]) {
-  constexpr int W = MonoConfig::kConsumerWarps;
-  constexpr int LPP = D / 8, PPW = 32 / LPP, NG = W * PPW;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int grp = lane / LPP, sub = lane % LPP;
-  for (int base = task.start; base < task.end; base += NG * U) {
-    uint4 kr[U], vr[U];
-    bool ok[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int p = base + u * NG + warp * PPW + grp;
-      kr[u] = make_uint4(0, 0, 0, 0);
-      vr[u] = kr[u];
-      ok[u] = p < task.end;
-      if (ok[u]) {
-        const int bi = p / bs;
-        int blk = -1;
-        if (task.bt_count >= 0) {
-          blk = bt_s[bi - task.bt_first];
-        } else if (bi < bt_len) {
-          blk = __ldg(block_table + bi);
-        }
-        ok[u] = blk >= 0;
-        if (ok[u]) {
-          const int64_t off = blk * s_blk + (p % bs) * s_pos + kvh * s_head + sub * 8;
-          kr[u] = ld_cg_v4(L.k_cache + off);
-          vr[u] = ld_cg_v4(L.v_cache + off);
-        }
-      }
+// kPipelined (ModelArgs::attn_mode kAttnModePipelined, long splits only): round r + 1's loads are issued before round r's
+// arithmetic, so the split's KV stream does not stop for the arithmetic of each round (two rounds of registers).
+template <int D, int U, int HP, bool kPipelined>
+__device__ __forceinline__ void attend_positions(const KvSource& src, const AttnTask& task, int hp, float scale,
+                                                 const float (&q)[HP][8], float (&mrun)[HP], float (&lrun)[HP],
+                                                 float (&acc)[HP][8]) {
+  constexpr int NG = MonoConfig::kConsumerWarps * (32 / (D / 8));
+  constexpr int kRound = NG * U;  // positions per round
+  if constexpr (!kPipelined) {
+    for (int base = task.start; base < task.end; base += kRound) {
+      KvRound<U> r;
+      load_kv_round<D, U>(src, task, base, r);
+      attend_kv_round<D, U, HP>(r, hp, scale, q, mrun, lrun, acc);
     }
-    float s[U][HP];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-#pragma unroll
-      for (int i = 0; i < HP; ++i) {
-        float v = dot8f(q[i], kr[u]);
-#pragma unroll
-        for (int off = 1; off < LPP; off <<= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-        s[u][i] = v * scale;
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < HP; ++i) {
-      if (i >= hp) continue;
-      float mx = mrun[i];
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (ok[u]) mx = fmaxf(mx, s[u][i]);
-      if (mx == -INFINITY) continue;
-      const float corr = exp2_or_zero(mrun[i], mx);
-      lrun[i] *= corr;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[i][e] *= corr;
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (!ok[u]) continue;
-        const float pu = exp2f(s[u][i] - mx);
-        float v[8];
-        unpack8(vr[u], v);
-        lrun[i] += pu;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[i][e] = fmaf(pu, v[e], acc[i][e]);
-      }
-      mrun[i] = mx;
+  } else {
+    // Rounds alternate between a and b; a round past the end loads nothing (every ok false).
+    KvRound<U> a, b;
+    int base = task.start;
+    load_kv_round<D, U>(src, task, base, a);
+    for (;;) {
+      load_kv_round<D, U>(src, task, base + kRound, b);
+      attend_kv_round<D, U, HP>(a, hp, scale, q, mrun, lrun, acc);
+      base += kRound;
+      if (base >= task.end) break;
+      load_kv_round<D, U>(src, task, base + kRound, a);
+      attend_kv_round<D, U, HP>(b, hp, scale, q, mrun, lrun, acc);
+      base += kRound;
+      if (base >= task.end) break;
     }
   }
 }
@@ -169,6 +190,8 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
   const bf16* cs_row = m.cos_sin + static_cast<size_t>(pos) * D;
   const int kvh = task.kvh;
   const uint32_t tag = handoff_tag(epoch);
+  const KvSource src{L.k_cache, L.v_cache, block_table, task.bt_count >= 0 ? bt_s : nullptr, task.bt_first, bt_len,
+                     bs, s_blk, s_pos, kvh * s_head};
   // Single-split mode: the empty splits only keep ctr_kv at S per token, so that the "last split combines" target
   // (epoch + 1) x S holds whichever mode a later token runs in (no data is published through these adds; a later
   // token's atomic on ctr_kv follows them in causality order through the layer's hand-offs).
@@ -228,52 +251,57 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
       consumer_sync();
       if (hb == 0 && tid == 0) tr.mark(t, l, kEvAttnQ);
 
-      float q[HP][8], mrun[HP], lrun[HP], acc[HP][8];
-#pragma unroll
-      for (int i = 0; i < HP; ++i) {
-        mrun[i] = -INFINITY;
-        lrun[i] = 0.f;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          q[i][e] = i < hp ? qs[i * D + sub * 8 + e] : 0.f;
-          acc[i][e] = 0.f;
-        }
-      }
-
-      if (task.end - task.start <= MonoConfig::kAttnShortLen) {
-        attend_positions<D, kShortU, HP>(L, task, block_table, bt_len, bt_s, bs, s_blk, s_pos, s_head, kvh, hp, scale,
-                                         q, mrun, lrun, acc);
+      if (task.mode == kAttnModeMma && task.end - task.start > MonoConfig::kAttnShortLen) {
+        // Tensor cores: each warp leaves its (m, l, acc) in wm / wl / wacc itself (attention_mma.cuh).
+        attend_positions_mma<D, HP>(src, task, hp, scale, qs, wm, wl, wacc);
       } else {
-        attend_positions<D, U, HP>(L, task, block_table, bt_len, bt_s, bs, s_blk, s_pos, s_head, kvh, hp, scale, q,
-                                   mrun, lrun, acc);
-      }
-
-      // Merge the PPW position groups of each warp (lanes with equal `sub`).
-#pragma unroll
-      for (int off = LPP; off < 32; off <<= 1) {
+        float q[HP][8], mrun[HP], lrun[HP], acc[HP][8];
 #pragma unroll
         for (int i = 0; i < HP; ++i) {
-          const float mo = __shfl_xor_sync(0xffffffffu, mrun[i], off);
-          const float lo = __shfl_xor_sync(0xffffffffu, lrun[i], off);
-          const float mn = fmaxf(mrun[i], mo);
-          const float c1 = exp2_or_zero(mrun[i], mn), c2 = exp2_or_zero(mo, mn);
-          lrun[i] = lrun[i] * c1 + lo * c2;
+          mrun[i] = -INFINITY;
+          lrun[i] = 0.f;
 #pragma unroll
           for (int e = 0; e < 8; ++e) {
-            const float ao = __shfl_xor_sync(0xffffffffu, acc[i][e], off);
-            acc[i][e] = acc[i][e] * c1 + ao * c2;
+            q[i][e] = i < hp ? qs[i * D + sub * 8 + e] : 0.f;
+            acc[i][e] = 0.f;
           }
-          mrun[i] = mn;
         }
-      }
-      if (lane < LPP) {
+
+        if (task.end - task.start <= MonoConfig::kAttnShortLen) {
+          attend_positions<D, kShortU, HP, false>(src, task, hp, scale, q, mrun, lrun, acc);
+        } else if (task.mode == kAttnModePipelined) {
+          attend_positions<D, U, HP, true>(src, task, hp, scale, q, mrun, lrun, acc);
+        } else {
+          attend_positions<D, U, HP, false>(src, task, hp, scale, q, mrun, lrun, acc);
+        }
+
+        // Merge the PPW position groups of each warp (lanes with equal `sub`).
 #pragma unroll
-        for (int i = 0; i < HP; ++i) {
+        for (int off = LPP; off < 32; off <<= 1) {
 #pragma unroll
-          for (int e = 0; e < 8; ++e) wacc[(warp * HP + i) * D + sub * 8 + e] = acc[i][e];
-          if (lane == 0) {
-            wm[warp * HP + i] = mrun[i];
-            wl[warp * HP + i] = lrun[i];
+          for (int i = 0; i < HP; ++i) {
+            const float mo = __shfl_xor_sync(0xffffffffu, mrun[i], off);
+            const float lo = __shfl_xor_sync(0xffffffffu, lrun[i], off);
+            const float mn = fmaxf(mrun[i], mo);
+            const float c1 = exp2_or_zero(mrun[i], mn), c2 = exp2_or_zero(mo, mn);
+            lrun[i] = lrun[i] * c1 + lo * c2;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+              const float ao = __shfl_xor_sync(0xffffffffu, acc[i][e], off);
+              acc[i][e] = acc[i][e] * c1 + ao * c2;
+            }
+            mrun[i] = mn;
+          }
+        }
+        if (lane < LPP) {
+#pragma unroll
+          for (int i = 0; i < HP; ++i) {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) wacc[(warp * HP + i) * D + sub * 8 + e] = acc[i][e];
+            if (lane == 0) {
+              wm[warp * HP + i] = mrun[i];
+              wl[warp * HP + i] = lrun[i];
+            }
           }
         }
       }

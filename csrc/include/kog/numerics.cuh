@@ -2,6 +2,7 @@
 // round-to-nearest-even (__float2bfloat16_rn), bf16 -> fp32 is exact.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include <cuda_bf16.h>
@@ -39,6 +40,9 @@ __device__ __forceinline__ float dot8(const uint4 w, const uint4 x, float acc) {
   a = fmaf(bf_lo(w.w), bf_lo(x.w), a); b = fmaf(bf_hi(w.w), bf_hi(x.w), b);
   return acc + (a + b);
 }
+
+// 2^(x - m), and 0 for x = -inf (also where m is -inf: an empty online-softmax state contributes nothing).
+__device__ __forceinline__ float exp2_or_zero(float x, float m) { return x == -INFINITY ? 0.f : exp2f(x - m); }
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

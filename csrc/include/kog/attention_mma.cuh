@@ -1,0 +1,194 @@
+// Attention split on the tensor cores (ModelArgs::attn_mode kAttnModeMma): each warp takes tiles of 16 positions and
+// computes, with bf16 mma.sync m16n8k16 and fp32 accumulators,
+//   S^T [16 pos x 8 heads] = K_tile [16 x D] . Q^T [D x 8]        (D / 16 mma)
+//   O^T [D x 8 heads]     += V_tile^T [D x 16] . P^T [16 x 8]     (D / 16 mma)
+// with the online softmax (log2 units, as attention.cuh) per head column in between. Heads are the n = 8 columns:
+// the pass's hp <= 4 query heads, the other columns hold zeros and are never written out. P is rounded to bf16 for
+// the second product (as FlashAttention does); l sums the fp32 P.
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16 .bf16; lane = 4 g + t): A rows g, g + 8 and columns 2t, 2t + 1, 2t + 8,
+// 2t + 9; B columns g and rows 2t, 2t + 1, 2t + 8, 2t + 9; C rows g, g + 8 and columns 2t, 2t + 1. The order of
+// the head dimension inside an mma is free (a dot product over d does not depend on it), so each product's
+// logical columns are mapped to physical dimensions that make every lane's loads contiguous 16-byte vectors:
+//   S^T: k-step s, logical column c of lane t  -> dimension (D / 4) t + 4 s + {0, 1, 2, 3} for c = 2t, 2t + 1,
+//        2t + 8, 2t + 9: lane (g, t) loads dimensions [(D / 4) t, (D / 4)(t + 1)) of positions g and g + 8, and
+//        its A registers are those words as loaded; Q^T's B registers follow the same map.
+//   O^T: m-tile m, logical rows g and g + 8 -> dimensions (D / 8) g + 2 m and (D / 8) g + 2 m + 1: lane (g, t)
+//        loads dimensions [(D / 8) g, (D / 8)(g + 1)) of positions 2t, 2t + 1, 2t + 8, 2t + 9, and a byte permute
+//        pairs two positions' values of one dimension into each A register.
+// P^T comes out of the first mma as C (rows = positions); movmatrix.trans turns each 8 x 8 half into the B
+// fragment of the second (rows = positions as k, columns = heads).
+#pragma once
+
+#include <cstdint>
+
+#include "kog/args.cuh"
+#include "kog/config.cuh"
+#include "kog/attn_split.cuh"
+#include "kog/numerics.cuh"
+#include "kog/sync.cuh"
+
+namespace kog {
+
+// D += A . B, m16n8k16, bf16 inputs, fp32 accumulators.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The transpose of an 8 x 8 b16 matrix held one row per 4 lanes (lane 4 g + t: row g, columns 2t, 2t + 1).
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
+// bf16(lo) in the low half, bf16(hi) in the high half (round to nearest even).
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  uint32_t y;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(y) : "f"(hi), "f"(lo));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// A tile's loads: K rows g and g + 8 ([D / 4] dimensions each, KV4 vectors), V rows 2t, 2t + 1, 2t + 8, 2t + 9
+// ([D / 8] dimensions, VV4 vectors); zeros where a position is past the split or unmapped (kok false: its scores
+// become -inf, its P zero).
+template <int D>
+struct MmaTile {
+  static constexpr int KV4 = D / 32;
+  static constexpr int VV4 = D / 64;
+  uint4 k[2][KV4];
+  uint4 v[4][VV4];
+  bool kok[2];
+};
+
+template <int D>
+__device__ __forceinline__ void load_mma_tile(const KvSource& src, int end, int tile, int g, int t, MmaTile<D>& r) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int p = tile + g + 8 * h;
+    const int64_t off = p < end ? src.row(p) : -1;
+    r.kok[h] = off >= 0;
+#pragma unroll
+    for (int j = 0; j < MmaTile<D>::KV4; ++j) {
+      r.k[h][j] = off >= 0 ? ld_cg_v4(src.k + off + (D / 4) * t + 8 * j) : make_uint4(0, 0, 0, 0);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int p = tile + 2 * t + (i & 1) + 8 * (i >> 1);
+    const int64_t off = p < end ? src.row(p) : -1;
+#pragma unroll
+    for (int j = 0; j < MmaTile<D>::VV4; ++j) {
+      r.v[i][j] = off >= 0 ? ld_cg_v4(src.v + off + (D / 8) * g + 8 * j) : make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+// One pass over the split for hp <= HP query heads whose rotated q (fp32) are rows of qs [HP][D]; each warp writes
+// its (m, l, acc) per head to wm / wl [W][HP] and wacc [W][HP][D], as the CUDA-core passes do after their merge.
+// Tiles of a round are warp-contiguous: warp w takes [start + (r W + w) 16 kTiles, + 16 kTiles).
+template <int D, int HP>
+__device__ __forceinline__ void attend_positions_mma(const KvSource& src, const AttnTask& task, int hp, float scale,
+                                                     const float* qs, float* wm, float* wl, float* wacc) {
+  static_assert(D == 64 || D == 128, "head dims 64 and 128");
+  static_assert(HP <= 8, "the pass's heads are the mma's 8 columns");
+  constexpr int W = MonoConfig::kConsumerWarps;
+  constexpr int KS = D / 16;                // k-steps of S^T, m-tiles of O^T
+  constexpr int kTiles = D == 64 ? 2 : 1;   // tiles a warp loads before the first use (registers: 32 / 64 per tile)
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+
+  // Q^T's B registers: column g = head g (zeros past hp), rows of k-step s = dimensions (D / 4) t + 4 s + 0..3.
+  uint32_t qb[KS][2];
+#pragma unroll
+  for (int s = 0; s < KS; ++s) {
+    const float* qr = qs + g * D + (D / 4) * t + 4 * s;
+    qb[s][0] = g < hp ? pack_bf16x2(qr[0], qr[1]) : 0u;
+    qb[s][1] = g < hp ? pack_bf16x2(qr[2], qr[3]) : 0u;
+  }
+  // State of head columns 2t and 2t + 1 (the same in the 8 lanes of equal t once a tile's maxima are reduced).
+  float o[KS][4];
+#pragma unroll
+  for (int m = 0; m < KS; ++m) o[m][0] = o[m][1] = o[m][2] = o[m][3] = 0.f;
+  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+
+  for (int base = task.start + warp * 16 * kTiles; base < task.end; base += W * 16 * kTiles) {
+    MmaTile<D> tl[kTiles];
+#pragma unroll
+    for (int u = 0; u < kTiles; ++u) load_mma_tile<D>(src, task.end, base + 16 * u, g, t, tl[u]);
+#pragma unroll
+    for (int u = 0; u < kTiles; ++u) {
+      const MmaTile<D>& r = tl[u];
+      float sc[4] = {0.f, 0.f, 0.f, 0.f};  // S^T: [pos g][head 2t, 2t + 1], [pos g + 8][head 2t, 2t + 1]
+#pragma unroll
+      for (int s = 0; s < KS; ++s) {
+        const uint32_t a[4] = {word_of(r.k[0][s / 2], 2 * (s % 2)), word_of(r.k[1][s / 2], 2 * (s % 2)),
+                               word_of(r.k[0][s / 2], 2 * (s % 2) + 1), word_of(r.k[1][s / 2], 2 * (s % 2) + 1)};
+        mma_16816(sc, a, qb[s][0], qb[s][1]);
+      }
+      float p[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sc[i] = r.kok[i >> 1] ? sc[i] * scale : -INFINITY;
+      float corr[2];
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        float mx = fmaxf(sc[c], sc[2 + c]);
+#pragma unroll
+        for (int off = 4; off < 32; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        const float mn = fmaxf(mrow[c], mx);
+        corr[c] = exp2_or_zero(mrow[c], mn);
+        p[c] = exp2_or_zero(sc[c], mn);
+        p[2 + c] = exp2_or_zero(sc[2 + c], mn);
+        lrow[c] = lrow[c] * corr[c] + (p[c] + p[2 + c]);
+        mrow[c] = mn;
+      }
+      // P^T halves (positions 0-7, 8-15) as bf16, transposed into B: [k = pos 2t, 2t + 1 (+ 8)][n = head g].
+      const uint32_t pb0 = movmatrix_trans(pack_bf16x2(p[0], p[1]));
+      const uint32_t pb1 = movmatrix_trans(pack_bf16x2(p[2], p[3]));
+#pragma unroll
+      for (int m = 0; m < KS; ++m) {
+        // O^T C: [dim (D / 8) g + 2m][head 2t, 2t + 1], [dim + 1][head 2t, 2t + 1]
+        o[m][0] *= corr[0];
+        o[m][1] *= corr[1];
+        o[m][2] *= corr[0];
+        o[m][3] *= corr[1];
+        const int vj = m / 4, vw = m % 4;  // word m of the lane's [D / 8] dimensions
+        const uint32_t w0 = word_of(r.v[0][vj], vw), w1 = word_of(r.v[1][vj], vw);
+        const uint32_t w2 = word_of(r.v[2][vj], vw), w3 = word_of(r.v[3][vj], vw);
+        const uint32_t a[4] = {__byte_perm(w0, w1, 0x5410), __byte_perm(w0, w1, 0x7632), __byte_perm(w2, w3, 0x5410),
+                               __byte_perm(w2, w3, 0x7632)};
+        mma_16816(o[m], a, pb0, pb1);
+      }
+    }
+  }
+  // l over the warp's positions (each lane summed its rows g, g + 8); m is already equal across g.
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+#pragma unroll
+    for (int off = 4; off < 32; off <<= 1) lrow[c] += __shfl_xor_sync(0xffffffffu, lrow[c], off);
+  }
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const int i = 2 * t + c;
+    if (i >= hp) continue;
+    if (g == 0) {
+      wm[warp * HP + i] = mrow[c];
+      wl[warp * HP + i] = lrow[c];
+    }
+    float* dst = wacc + (warp * HP + i) * D + (D / 8) * g;
+#pragma unroll
+    for (int m = 0; m < KS; ++m) {
+      dst[2 * m] = o[m][c];
+      dst[2 * m + 1] = o[m][2 + c];
+    }
+  }
+}
+
+}  // namespace kog
