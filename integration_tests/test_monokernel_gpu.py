@@ -36,6 +36,13 @@ DEV = torch.device("cuda", 0)
 BS = 16
 MAX_CTX = 32000
 NUM_BLOCKS = MAX_CTX // BS + 64
+# _close bounds (rtol, atol relative to the RMS, norm rtol) of the attention partials (m, l, acc). The CUDA-core
+# passes: fp32 throughout, only the order of sums differs. The tensor-core pass: P enters the PV product as bf16
+# (as in FlashAttention), each weight off by up to 2^-9 relative, so acc carries a random error of about 1e-3 of
+# its terms' norm; measured on an H100 (GQA 1/4/8, head dims 64/128, contexts 33-31999): norm 1.2-1.5e-3, the
+# worst element 7e-3 of the RMS.
+ROUNDS_PARTIALS_TOL = (2e-3, 2e-3, 2e-3)
+MMA_PARTIALS_TOL = (4e-3, 1.5e-2, 3e-3)
 BF16_NAMES = ("qkv_out", "q_out", "attn_out", "o_out", "rmid", "act", "down_out", "rin_next")
 
 
@@ -85,14 +92,19 @@ def _poison(mk, logits_out):
         logits_out.fill_(math.nan)
 
 
-def _close(errors, name, got, exp, rtol=1e-2, atol_rel=1e-2, norm_rtol=5e-3):
+def _close(errors, name, got, exp, rtol=1e-2, atol_rel=1e-2, norm_rtol=5e-3, ulps=0):
+    """got within rtol |exp| (or `ulps` bf16 ulps of exp, whichever is larger) + atol_rel x the RMS of exp per
+    element, and within norm_rtol in norm."""
     got, exp = got.float(), exp.float()
     if not torch.isfinite(got).all():
         errors.append(f"{name}: {int((~torch.isfinite(got)).sum())} non-finite of {got.numel()}")
         return
     scale = exp.pow(2).mean().sqrt().item() + 1e-30
     err = (got - exp).abs()
-    bad = err > rtol * exp.abs() + atol_rel * scale
+    rel_bound = rtol * exp.abs()
+    if ulps:  # a bf16 ulp of x: 2^(floor(log2 |x|) - 7)
+        rel_bound = torch.maximum(rel_bound, ulps * torch.exp2(torch.floor(torch.log2(exp.abs().clamp_min(1e-30))) - 7))
+    bad = err > rel_bound + atol_rel * scale
     rel = ((got - exp).norm() / (exp.norm() + 1e-30)).item()
     if bad.any() or rel > norm_rtol:
         first = bad.nonzero()[0].tolist() if bad.any() else None
@@ -116,13 +128,16 @@ def _prepare(w, caches, ctx, seed):
 
 
 def _check_step(w, caches, mk, token, pos, slot, bt, logits_out, errors, pre, got_token, splits=None, block=BS,
-                partials_tol=None):
+                attn_mode=None):
     """Every stage's output against the schedule's reference from the kernel's own inputs; with splits > 1 (the
-    attention splits the launch took, default the plan's) also the partials (m, l, acc) and their combine. block:
+    attention splits the launch took, default the plan's) also the partials (m, l, acc) and their combine, within
+    the bounds of the launch's attention mode (attn_mode: its table's, default the object's). block:
     the caches' block size (positions). Returns the kernel's buffers, or None (an error appended) when a wait timed
     out."""
     s = w.shape
     splits = mk.plan.num_splits if splits is None else splits
+    mode = mk._model_values["attn_mode"] if attn_mode is None else attn_mode
+    partials_tol = MMA_PARTIALS_TOL if mode == _config("kAttnModeMma") else ROUNDS_PARTIALS_TOL
     diag = mk.diagnostics()
     if diag is not None:
         mk.reset_counters()
@@ -133,7 +148,9 @@ def _check_step(w, caches, mk, token, pos, slot, bt, logits_out, errors, pre, go
     exp = reference.expected_from_kernel(w, caches, got, logits, token, pos, bt, splits)
     for i, (g, e) in enumerate(zip(got, exp["layers"])):
         for n in BF16_NAMES:
-            _close(errors, f"layer {i} {n}", g[n], e[n])
+            # act = bf16(SiLU(bf16 gate) x bf16 up): a one-ulp difference in the rounding of gate and of up (fp32
+            # sums in another order) moves act by up to 2 ulps (1.6% just under a power of two).
+            _close(errors, f"layer {i} {n}", g[n], e[n], ulps=2 if n == "act" else 0)
         if splits > 1:
             _check_partials(errors, i, g, e, partials_tol)
         # KV: this slot holds k_new/v_new, nothing else changed (masked in place: no second cache-sized tensor at
@@ -154,7 +171,7 @@ def _check_step(w, caches, mk, token, pos, slot, bt, logits_out, errors, pre, go
     return got
 
 
-def _check_partials(errors, i, g, e, tol=None):
+def _check_partials(errors, i, g, e, tol):
     """Layer i's attention partials (m, l, acc per split and query head) and the output combined from them."""
     m_ok = torch.isfinite(g["attn_m"]) | (torch.isneginf(g["attn_m"]) & (g["attn_l"] == 0))
     if not m_ok.all():
@@ -165,7 +182,7 @@ def _check_partials(errors, i, g, e, tol=None):
     fin = torch.isfinite(em)
     _close(errors, f"layer {i} attn_m", gm[fin], em[fin], 2e-3, 2e-3, 2e-3)
     _close(errors, f"layer {i} attn_l", g["attn_l"][fin], e["attn_l"][fin], 2e-3, 2e-3, 2e-3)
-    _close(errors, f"layer {i} attn_acc", g["attn_acc"][fin], e["attn_acc"][fin], *(tol or (2e-3, 2e-3, 2e-3)))
+    _close(errors, f"layer {i} attn_acc", g["attn_acc"][fin], e["attn_acc"][fin], *tol)
     _close(errors, f"layer {i} attn_out (from partials)", g["attn_out"], e["attn_out_from_partials"])
 
 
@@ -182,35 +199,26 @@ def test_step_matches_reference(arch, tied, head_dim, gqa, ctx):
     _step_case(arch, tied, head_dim, gqa, ctx, {"attn_single_ctx": 0} if ctx % 2 else {})
 
 
-# Partials of the tensor-core pass: P enters the PV product as bf16 (as in FlashAttention), each weight off by at most
-# 2^-9 relative, so acc gets a random error of about 1.1e-3 of its terms' norm (uniform rounding, 1 / sqrt(3) of
-# the bound); the bounds take 5 sigma. m and l are fp32 as in the CUDA-core passes.
-MMA_PARTIALS_TOL = (4e-3, 6e-3, 3e-3)
-
-
 @pytest.mark.parametrize("ctx", [33, 300, 1001, 4096, 31999])
 @pytest.mark.parametrize("gqa", [1, 4, 8])
 @pytest.mark.parametrize("head_dim", [64, 128])
-@pytest.mark.parametrize("mode", ["pipelined", "mma"])
+@pytest.mark.parametrize("mode", ["rounds", "mma"])
 def test_attention_modes_match_reference(mode, head_dim, gqa, ctx):
-    """attn_mode pipelined (a split's next round of K / V loads issued before this round's arithmetic) and mma (the
-    tensor-core pass): every stage and the logits against the reference, at split lengths of one round plus a few
-    positions (ctx 33 in one split), an odd and an even number of rounds, and 2,000 positions per split (ctx
-    31999)."""
-    code = _config("kAttnModePipelined") if mode == "pipelined" else _config("kAttnModeMma")
-    ov = {"attn_mode": code, "attn_single_ctx": 64 if ctx == 33 else 0}
-    _step_case("llama", True, head_dim, gqa, ctx, ov, MMA_PARTIALS_TOL if mode == "mma" else None)
+    """Both attention modes of long splits (attn_mode: rounds on the CUDA cores, mma on the tensor cores): every
+    stage and the logits against the reference, at split lengths of one round plus a few positions (ctx 33 in one
+    split), an odd and an even number of rounds, and 2,000 positions per split (ctx 31999)."""
+    code = _config("kAttnModeMma") if mode == "mma" else _config("kAttnModeRounds")
+    _step_case("llama", True, head_dim, gqa, ctx, {"attn_mode": code, "attn_single_ctx": 64 if ctx == 33 else 0})
 
 
 @pytest.mark.parametrize("arch,head_dim,gqa", [("qwen3", 128, 2), ("llama", 128, 4)])
 def test_mma_attention_hnd_and_qwen3(arch, head_dim, gqa):
     """The tensor-core pass on Qwen3 (qk-norm, HP 2) and on the HND cache layout (strided rows)."""
     ov = {"attn_mode": _config("kAttnModeMma"), "attn_single_ctx": 0}
-    _step_case(arch, arch == "llama", head_dim, gqa, 2049, ov, MMA_PARTIALS_TOL,
-               cache_layout="HND" if arch == "llama" else "NHD")
+    _step_case(arch, arch == "llama", head_dim, gqa, 2049, ov, cache_layout="HND" if arch == "llama" else "NHD")
 
 
-def _step_case(arch, tied, head_dim, gqa, ctx, ov, partials_tol=None, cache_layout="NHD"):
+def _step_case(arch, tied, head_dim, gqa, ctx, ov, cache_layout="NHD"):
     w, caches, mk = _model(arch, head_dim, gqa, tied, layout=cache_layout)
     table = mk.variant_table(**ov) if ov else None
     splits = mk.attention_splits(ctx, **ov)
@@ -228,7 +236,7 @@ def _step_case(arch, tied, head_dim, gqa, ctx, ov, partials_tol=None, cache_layo
     got_token = int(tok.item())
     errors: list[str] = []
     _check_step(w, caches, mk, token, pos, slot, bt, logits_out, errors, pre, got_token, splits,
-                partials_tol=partials_tol)
+                attn_mode=ov.get("attn_mode"))
     ref = reference.reference_step(w, pre, token, pos, slot, bt, splits)
     logits = (logits_out if use_logits_out else mk.logits_scratch).float()
     rel = ((logits - ref["logits"].float()).norm() / ref["logits"].float().norm()).item()

@@ -361,7 +361,9 @@ def test_json_written_before_also_greedy_still_loads(tmp_path):
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))), "benchmarks", "results", "*", "bench.json"))))
 def test_the_cited_bench_json_files_load_and_print(path):
+    """Every result the docs cite loads; its table has the sampled / greedy line exactly when it has greedy rows."""
     rep = BenchReport.load(path)
-    assert rep.models and all(m.greedy_of is None for m in rep.models)
-    assert "sampled kog / greedy kog" not in format_table(rep)
+    assert rep.models
+    has_greedy = any(m.greedy_of is not None for m in rep.models)
+    assert ("sampled kog / greedy kog" in format_table(rep)) == has_greedy
 

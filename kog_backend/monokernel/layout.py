@@ -145,9 +145,9 @@ CONFIG: dict[str, int] = {
     "kFp8PerTensor": 1,
     "kFp8PerRow": 2,
     "kFp8Block128": 3,
-    "kAttnMode": 0,
-    "kAttnModePipelined": 1,
-    "kAttnModeMma": 2,
+    "kAttnMode": 1,
+    "kAttnModeRounds": 0,
+    "kAttnModeMma": 1,
 }
 CONFIG_NAMES = tuple(CONFIG)
 

@@ -31,7 +31,8 @@ def split_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_splits: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """q [nh, D] bf16; k, v [T, nkv, D] (the whole context). Returns (out bf16 [nh * D], m [nh, S] (log2 units,
-    -inf for an empty split), l [nh, S], acc [nh, S, D]) computed in fp32 as the kernel does."""
+    -inf for an empty split), l [nh, S], acc [nh, S, D]) computed in fp32 as the kernel's CUDA-core pass does (its
+    tensor-core pass, the default for long splits, rounds P to bf16 for the PV product: the GPU tests bound that)."""
     nh, d = q.shape
     t, nkv, _ = k.shape
     g = nh // nkv

@@ -7,8 +7,9 @@
 //   out = sum_j 2^(m_j - M) acc_j / sum_j 2^(m_j - M) l_j,  M = max_j m_j
 //
 // Lane layout of the CUDA-core passes: a group of LPP = D / 8 lanes holds one position (16 B of K and of V per lane),
-// a warp holds PPW = 32 / LPP positions, kAttnUnroll positions per group are loaded before the first use. The
-// tensor-core pass (ModelArgs::attn_mode kAttnModeMma, long splits): attention_mma.cuh.
+// a warp holds PPW = 32 / LPP positions, kAttnUnroll positions per group are loaded before the first use. Splits
+// longer than kAttnShortLen take the tensor-core pass by default (ModelArgs::attn_mode kAttnModeMma):
+// attention_mma.cuh.
 #pragma once
 
 #include <cmath>
@@ -120,35 +121,15 @@ __device__ __forceinline__ void attend_kv_round(const KvRound<U>& r, int hp, flo
 // kAttnUnroll, and with the unroll that covers kAttnShortLen positions in one round, for splits that short (every
 // split at ctx 32, and up to ctx 512 with 16 splits): the long body's unused unrolled positions are neither
 // computed nor fetched as instructions (the attention code runs once per layer, cold in the instruction cache).
-// kPipelined (ModelArgs::attn_mode kAttnModePipelined, long splits only): round r + 1's loads are issued before round r's
-// arithmetic, so the split's KV stream does not stop for the arithmetic of each round (two rounds of registers).
-template <int D, int U, int HP, bool kPipelined>
+template <int D, int U, int HP>
 __device__ __forceinline__ void attend_positions(const KvSource& src, const AttnTask& task, int hp, float scale,
                                                  const float (&q)[HP][8], float (&mrun)[HP], float (&lrun)[HP],
                                                  float (&acc)[HP][8]) {
   constexpr int NG = MonoConfig::kConsumerWarps * (32 / (D / 8));
-  constexpr int kRound = NG * U;  // positions per round
-  if constexpr (!kPipelined) {
-    for (int base = task.start; base < task.end; base += kRound) {
-      KvRound<U> r;
-      load_kv_round<D, U>(src, task, base, r);
-      attend_kv_round<D, U, HP>(r, hp, scale, q, mrun, lrun, acc);
-    }
-  } else {
-    // Rounds alternate between a and b; a round past the end loads nothing (every ok false).
-    KvRound<U> a, b;
-    int base = task.start;
-    load_kv_round<D, U>(src, task, base, a);
-    for (;;) {
-      load_kv_round<D, U>(src, task, base + kRound, b);
-      attend_kv_round<D, U, HP>(a, hp, scale, q, mrun, lrun, acc);
-      base += kRound;
-      if (base >= task.end) break;
-      load_kv_round<D, U>(src, task, base + kRound, a);
-      attend_kv_round<D, U, HP>(b, hp, scale, q, mrun, lrun, acc);
-      base += kRound;
-      if (base >= task.end) break;
-    }
+  for (int base = task.start; base < task.end; base += NG * U) {
+    KvRound<U> r;
+    load_kv_round<D, U>(src, task, base, r);
+    attend_kv_round<D, U, HP>(r, hp, scale, q, mrun, lrun, acc);
   }
 }
 
@@ -268,11 +249,9 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
         }
 
         if (task.end - task.start <= MonoConfig::kAttnShortLen) {
-          attend_positions<D, kShortU, HP, false>(src, task, hp, scale, q, mrun, lrun, acc);
-        } else if (task.mode == kAttnModePipelined) {
-          attend_positions<D, U, HP, true>(src, task, hp, scale, q, mrun, lrun, acc);
+          attend_positions<D, kShortU, HP>(src, task, hp, scale, q, mrun, lrun, acc);
         } else {
-          attend_positions<D, U, HP, false>(src, task, hp, scale, q, mrun, lrun, acc);
+          attend_positions<D, U, HP>(src, task, hp, scale, q, mrun, lrun, acc);
         }
 
         // Merge the PPW position groups of each warp (lanes with equal `sub`).

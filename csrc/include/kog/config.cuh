@@ -94,9 +94,9 @@ struct MonoConfig {
   // per layer on few SMs and starts cold in the instruction cache; the short body fetches and computes only the
   // positions a round holds (docs/tuning.md).
   static constexpr int kAttnShortLen = 32;
-  // Default of ModelArgs::attn_mode, how splits longer than kAttnShortLen run (the kAttnMode* values below):
-  // round by round on the CUDA cores (docs/tuning.md).
-  static constexpr int kAttnMode = 0;
+  // Default of ModelArgs::attn_mode, how splits longer than kAttnShortLen run (the kAttnMode* values below): on the
+  // tensor cores (docs/tuning.md).
+  static constexpr int kAttnMode = 1;
   // Attention splits whose partials the combining block loads in one round trip (S = 16 for 8 KV heads on 132 SMs)
   // (docs/tuning.md).
   static constexpr int kCombineBatch = 16;
@@ -141,12 +141,11 @@ static_assert(MonoConfig::kHandoffQueue >= MonoConfig::kMaxSlots + 2 &&
               "the loader's hand-off queue holds every armed hand-off and wraps by a mask");
 static_assert(MonoConfig::kStallPrefetchChunks == 0 || MonoConfig::kPrefetchChunks == 0,
               "the constant L2 lead and the stall-time one share the loader's prefetch cursor");
-// ModelArgs::attn_mode values (attention.cuh). Round by round: a round's K / V loads, then its arithmetic, on the
-// CUDA cores. Pipelined: the next round's loads are issued before this round's arithmetic (two rounds of registers).
-// Mma: tensor cores (attention_mma.cuh): QK^T and PV as bf16 mma.sync with fp32 accumulators, P rounded to bf16.
+// ModelArgs::attn_mode values (attention.cuh). Rounds: a round's K / V loads, then its arithmetic, on the CUDA cores
+// (q fp32). Mma: tensor cores (attention_mma.cuh): QK^T and PV as bf16 mma.sync with fp32 accumulators, q and P
+// rounded to bf16.
 constexpr int kAttnModeRounds = 0;
-constexpr int kAttnModePipelined = 1;
-constexpr int kAttnModeMma = 2;
+constexpr int kAttnModeMma = 1;
 static_assert(MonoConfig::kAttnMode >= kAttnModeRounds && MonoConfig::kAttnMode <= kAttnModeMma, "an attn_mode value");
 
 static_assert(MonoConfig::kHeadsPerPass == 4 && MonoConfig::kAttnUnroll >= 1, "attention register budget");
