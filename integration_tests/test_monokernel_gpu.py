@@ -137,7 +137,7 @@ def _check_step(w, caches, mk, token, pos, slot, bt, logits_out, errors, pre, go
     s = w.shape
     splits = mk.plan.num_splits if splits is None else splits
     mode = mk._model_values["attn_mode"] if attn_mode is None else attn_mode
-    partials_tol = MMA_PARTIALS_TOL if mode == _config("kAttnModeMma") else ROUNDS_PARTIALS_TOL
+    partials_tol = ROUNDS_PARTIALS_TOL if mode == _config("kAttnModeRounds") else MMA_PARTIALS_TOL
     diag = mk.diagnostics()
     if diag is not None:
         mk.reset_counters()
@@ -202,12 +202,13 @@ def test_step_matches_reference(arch, tied, head_dim, gqa, ctx):
 @pytest.mark.parametrize("ctx", [33, 300, 1001, 4096, 31999])
 @pytest.mark.parametrize("gqa", [1, 4, 8])
 @pytest.mark.parametrize("head_dim", [64, 128])
-@pytest.mark.parametrize("mode", ["rounds", "mma"])
+@pytest.mark.parametrize("mode", ["rounds", "mma", "mma_wide"])
 def test_attention_modes_match_reference(mode, head_dim, gqa, ctx):
-    """Both attention modes of long splits (attn_mode: rounds on the CUDA cores, mma on the tensor cores): every
-    stage and the logits against the reference, at split lengths of one round plus a few positions (ctx 33 in one
-    split), an odd and an even number of rounds, and 2,000 positions per split (ctx 31999)."""
-    code = _config("kAttnModeMma") if mode == "mma" else _config("kAttnModeRounds")
+    """The attention modes of long splits (attn_mode: rounds on the CUDA cores; mma on the tensor cores; mma_wide,
+    GQA 8 in one pass): every stage and the logits against the reference, at split lengths of one round plus a few
+    positions (ctx 33 in one split), an odd and an even number of rounds, and 2,000 positions per split (ctx
+    31999)."""
+    code = _config({"rounds": "kAttnModeRounds", "mma": "kAttnModeMma", "mma_wide": "kAttnModeMmaWide"}[mode])
     _step_case("llama", True, head_dim, gqa, ctx, {"attn_mode": code, "attn_single_ctx": 64 if ctx == 33 else 0})
 
 

@@ -48,8 +48,9 @@ def _words(vec):
 
 
 def _warp_pass(q, k, v, start, end, hp, warp=0, warps=1):
-    """attend_positions_mma for one warp (tiles base = start + warp 16 kTiles, step warps 16 kTiles): q [hp, D],
-    k / v [T, D] (one KV head). Returns (m [hp], l [hp], acc [hp, D]) as the warp writes them (log2 units)."""
+    """attend_positions_mma for one warp (tiles base = start + warp 16 kTiles, step warps 16 kTiles) and
+    store_mma_state for each group of 4 heads: q [hp, D] (hp <= 8, the mma's columns), k / v [T, D] (one KV head).
+    Returns (m [hp], l [hp], acc [hp, D]) as the warp writes them (log2 units)."""
     D = q.shape[1]
     KS, kTiles = D // 16, 2 if D == 64 else 1
     scale = D**-0.5 * math.log2(math.e)
@@ -126,22 +127,24 @@ def _warp_pass(q, k, v, start, end, hp, warp=0, warps=1):
     m_out = torch.full((hp,), -math.inf, dtype=torch.float64)
     l_out = torch.zeros(hp, dtype=torch.float64)
     acc = torch.full((hp, D), math.nan, dtype=torch.float64)
-    for l in range(LANES):
-        g, t = l >> 2, l & 3
-        for c in range(2):
-            i = 2 * t + c
-            if i >= hp:
-                continue
-            if g == 0:
-                m_out[i], l_out[i] = mrow[l][c], lrow[l][c]
-            for m in range(KS):
-                acc[i, (D // 8) * g + 2 * m] = o[l][m][c]
-                acc[i, (D // 8) * g + 2 * m + 1] = o[l][m][2 + c]
+    for h0 in range(0, hp, 4):  # store_mma_state: heads [h0, h0 + 4) into slots 0..3, then the next group
+        n = min(4, hp - h0)
+        for l in range(LANES):
+            g, t = l >> 2, l & 3
+            for c in range(2):
+                i = 2 * t + c - h0
+                if i < 0 or i >= n:
+                    continue
+                if g == 0:
+                    m_out[h0 + i], l_out[h0 + i] = mrow[l][c], lrow[l][c]
+                for m in range(KS):
+                    acc[h0 + i, (D // 8) * g + 2 * m] = o[l][m][c]
+                    acc[h0 + i, (D // 8) * g + 2 * m + 1] = o[l][m][2 + c]
     return m_out, l_out, acc
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
-@pytest.mark.parametrize("hp", [1, 2, 4])
+@pytest.mark.parametrize("hp", [1, 2, 4, 5, 8])
 @pytest.mark.parametrize("start,end", [(0, 16), (3, 40), (5, 5 + 96)])
 def test_fragment_maps_give_attention(head_dim, hp, start, end):
     gen = torch.Generator().manual_seed(head_dim * 100 + hp * 10 + end)

@@ -11,6 +11,8 @@ import struct
 from collections.abc import Mapping, Sequence
 
 NUM_STAGES = 5
+# Query heads one tensor-core attention pass can take (kog::kMmaColumns, attention_mma.cuh).
+MMA_COLUMNS = 8
 STAGE_QKV, STAGE_O, STAGE_GU, STAGE_DOWN, STAGE_LM = range(NUM_STAGES)
 STAGE_NAMES = ("qkv", "o", "gate_up", "down", "lm_head")
 
@@ -113,8 +115,8 @@ CONFIG: dict[str, int] = {
     "kNumStages": NUM_STAGES,
     "kCounterStride": 8,
     "kVersion": 2,
-    "attn_work_floats_64": 36 * 64 + 64,
-    "attn_work_floats_128": 36 * 128 + 64,
+    "attn_work_floats_64": 40 * 64 + 64,
+    "attn_work_floats_128": 40 * 128 + 64,
     "kCtrLayerBase": 13,
     "layer_counter_count_0": 5,
     "kTraceEvents": 18,
@@ -148,6 +150,7 @@ CONFIG: dict[str, int] = {
     "kAttnMode": 1,
     "kAttnModeRounds": 0,
     "kAttnModeMma": 1,
+    "kAttnModeMmaWide": 2,
 }
 CONFIG_NAMES = tuple(CONFIG)
 
@@ -160,9 +163,10 @@ TRACE_EVENTS: tuple[str, ...] = (
 
 
 def attn_work_floats(head_dim: int) -> int:
-    """Shared-memory floats the attention task uses (kog::attn_work_floats)."""
+    """Shared-memory floats the attention task uses (kog::attn_work_floats): kAttnQRows (8: a tensor-core pass's
+    columns) rows of q, then the warps' m, l and acc of kHeadsPerPass heads."""
     c = CONFIG
-    return c["kHeadsPerPass"] * head_dim + 2 * c["kConsumerWarps"] * c["kHeadsPerPass"] + (
+    return max(c["kHeadsPerPass"], MMA_COLUMNS) * head_dim + 2 * c["kConsumerWarps"] * c["kHeadsPerPass"] + (
         c["kConsumerWarps"] * c["kHeadsPerPass"] * head_dim
     )
 

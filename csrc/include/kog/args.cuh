@@ -130,8 +130,8 @@ struct ModelArgs {
   // bf16 in every kernel.
   int64_t fp8_scaling;
   const Fp8LayerScales* fp8_scales;  // [num_layers], or null for bf16 weights
-  // How attention splits longer than kAttnShortLen run: kAttnModeRounds or kAttnModeMma (config.cuh;
-  // MonoConfig::kAttnMode).
+  // How attention splits longer than kAttnShortLen run: kAttnModeRounds, kAttnModeMma or kAttnModeMmaWide
+  // (config.cuh; MonoConfig::kAttnMode).
   int64_t attn_mode;
 };
 

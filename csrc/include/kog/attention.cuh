@@ -30,9 +30,13 @@ namespace kog {
 // and the loader's hand-off hold waits for its publish, so both must agree.
 __device__ __forceinline__ bool has_attn_task(int nkv, int S) { return static_cast<int>(blockIdx.x) < nkv * S; }
 
-// Floats of shared memory attention_task uses (in the work region).
+// Rows of rotated q a pass keeps in shared memory: kHeadsPerPass, or a tensor-core pass's kMmaColumns.
+constexpr int kAttnQRows = MonoConfig::kHeadsPerPass > kMmaColumns ? MonoConfig::kHeadsPerPass : kMmaColumns;
+
+// Floats of shared memory attention_task uses (in the work region): q rows, then the warps' m, l and acc of
+// kHeadsPerPass heads.
 __host__ __device__ constexpr int attn_work_floats(int D) {
-  return MonoConfig::kHeadsPerPass * D + 2 * MonoConfig::kConsumerWarps * MonoConfig::kHeadsPerPass +
+  return kAttnQRows * D + 2 * MonoConfig::kConsumerWarps * MonoConfig::kHeadsPerPass +
          MonoConfig::kConsumerWarps * MonoConfig::kHeadsPerPass * D;
 }
 
@@ -143,6 +147,40 @@ __device__ __forceinline__ void signal_done(uint32_t* ctrs, int ctr_done, bool r
   }
 }
 
+// Merges the warps' (m, l, acc) of hp heads (wm / wl / wacc, slots 0..hp-1) and writes this split's partial of
+// query heads head0.. (attn_ml / attn_acc), or, for a single split, the final bf16 output (and its tagged words).
+template <int D, int HP, bool kTagged>
+__device__ __forceinline__ void write_split_heads(const LayerArgs& L, const AttnTask& task, int S, int head0, int hp,
+                                                  const float* wm, const float* wl, const float* wacc, uint32_t tag,
+                                                  uint32_t* attn_t) {
+  constexpr int W = MonoConfig::kConsumerWarps;
+  for (int idx = threadIdx.x; idx < hp * D; idx += MonoConfig::kConsumerThreads) {
+    const int i = idx / D, d = idx - (idx / D) * D;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < W; ++w) M = fmaxf(M, wm[w * HP + i]);
+    float A = 0.f, Ls = 0.f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+      const float c = exp2_or_zero(wm[w * HP + i], M);
+      A = fmaf(c, wacc[(w * HP + i) * D + d], A);
+      Ls = fmaf(c, wl[w * HP + i], Ls);
+    }
+    const int head = head0 + i;
+    if (task.single) {  // the one partial is final: out = A / L, as combining it alone would give
+      const float o = A / Ls;
+      reinterpret_cast<uint16_t*>(L.attn_out)[head * D + d] = f2bf_bits(o);
+      if constexpr (kTagged) st_relaxed_u32(attn_t + head * D + d, tagged_word(tag, o));
+      continue;
+    }
+    L.attn_acc[(static_cast<size_t>(head) * S + task.split) * D + d] = A;
+    if (d == 0) {
+      L.attn_ml[(static_cast<size_t>(head) * S + task.split) * 2] = M;
+      L.attn_ml[(static_cast<size_t>(head) * S + task.split) * 2 + 1] = Ls;
+    }
+  }
+}
+
 // HP: query heads per pass (<= kHeadsPerPass; the kernel's pass width, plan.heads_per_pass: 2 when a KV head has at
 // most 2, so that Qwen3's GQA 2 computes no empty heads). kTagged (every TP = 1 kernel, tagged_attention_chain):
 // q / k / v come from the layer's tagged words qkv_t (the caller did not wait for the QKV counter) and the output
@@ -182,10 +220,10 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
   }
   if constexpr (diag::kSaltMid > 0) diag::salt_mid(nh < 0);  // (diagnostics.cuh)
 
-  float* qs = work;                 // [HP][D]    rotated q of this pass
-  float* wm = qs + HP * D;          // [W][HP]    per-warp running max
-  float* wl = wm + W * HP;          // [W][HP]    per-warp sum
-  float* wacc = wl + W * HP;        // [W][HP][D] per-warp accumulator
+  float* qs = work;                     // [kAttnQRows][D] rotated q of this pass
+  float* wm = qs + kAttnQRows * D;      // [W][HP]    per-warp running max
+  float* wl = wm + W * HP;              // [W][HP]    per-warp sum
+  float* wacc = wl + W * HP;            // [W][HP][D] per-warp accumulator
 
   if constexpr (!diag::kNoAttn) {  // (diagnostics.cuh: a build with the hand-offs only)
     if (task.owner && warp == W - 1) {
@@ -212,9 +250,13 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
     }
     // (The barrier after the q pass below orders these cache writes before this block's reads of `pos`.)
 
-    for (int hb = 0; hb < g; hb += HP) {
-      const int hp = min(HP, g - hb);
-      if (warp < hp) {
+    // Query heads of one pass over the split's K / V: HP, or on the tensor cores with kAttnModeMmaWide every query
+    // head of the KV head up to the mma's kMmaColumns (one read of the split's K / V instead of ceil(g / HP)).
+    const bool mma = task.mode != kAttnModeRounds && task.end - task.start > MonoConfig::kAttnShortLen;
+    const int pass_heads = mma && task.mode == kAttnModeMmaWide ? min(g, kMmaColumns) : HP;
+    for (int hb = 0; hb < g; hb += pass_heads) {
+      const int hq = min(pass_heads, g - hb);
+      if (warp < hq) {
         const int head = kvh * g + hb + warp;
         float y[E];
         const bf16* qnorm = m.qk_norm ? L.q_norm : nullptr;
@@ -232,10 +274,19 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
       consumer_sync();
       if (hb == 0 && tid == 0) tr.mark(t, l, kEvAttnQ);
 
-      if (task.mode == kAttnModeMma && task.end - task.start > MonoConfig::kAttnShortLen) {
-        // Tensor cores: each warp leaves its (m, l, acc) in wm / wl / wacc itself (attention_mma.cuh).
-        attend_positions_mma<D, HP>(src, task, hp, scale, qs, wm, wl, wacc);
+      if (mma) {
+        // Tensor cores: the warps' states leave registers HP heads at a time (wacc holds HP per warp).
+        const MmaState<D> st = attend_positions_mma<D>(src, task, hq, scale, qs);
+        for (int ob = 0; ob < hq; ob += HP) {
+          const int hp = min(HP, hq - ob);
+          store_mma_state<D, HP>(st, ob, hp, wm, wl, wacc);
+          consumer_sync();
+          if (hb + ob == 0 && tid == 0) tr.mark(t, l, kEvAttnKV);
+          write_split_heads<D, HP, kTagged>(L, task, S, kvh * g + hb + ob, hp, wm, wl, wacc, tag, attn_t);
+          consumer_sync();
+        }
       } else {
+        const int hp = hq;  // <= HP
         float q[HP][8], mrun[HP], lrun[HP], acc[HP][8];
 #pragma unroll
         for (int i = 0; i < HP; ++i) {
@@ -283,37 +334,11 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
             }
           }
         }
+        consumer_sync();
+        if (hb == 0 && tid == 0) tr.mark(t, l, kEvAttnKV);
+        write_split_heads<D, HP, kTagged>(L, task, S, kvh * g + hb, hp, wm, wl, wacc, tag, attn_t);
+        consumer_sync();
       }
-      consumer_sync();
-      if (hb == 0 && tid == 0) tr.mark(t, l, kEvAttnKV);
-
-      // Merge the warps; write this split's partial for each head of the pass.
-      for (int idx = tid; idx < hp * D; idx += MonoConfig::kConsumerThreads) {
-        const int i = idx / D, d = idx - (idx / D) * D;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < W; ++w) M = fmaxf(M, wm[w * HP + i]);
-        float A = 0.f, Ls = 0.f;
-#pragma unroll
-        for (int w = 0; w < W; ++w) {
-          const float c = exp2_or_zero(wm[w * HP + i], M);
-          A = fmaf(c, wacc[(w * HP + i) * D + d], A);
-          Ls = fmaf(c, wl[w * HP + i], Ls);
-        }
-        const int head = kvh * g + hb + i;
-        if (task.single) {  // the one partial is final: out = A / L, as combining it alone would give
-          const float o = A / Ls;
-          reinterpret_cast<uint16_t*>(L.attn_out)[head * D + d] = f2bf_bits(o);
-          if constexpr (kTagged) st_relaxed_u32(attn_t + head * D + d, tagged_word(tag, o));
-          continue;
-        }
-        L.attn_acc[(static_cast<size_t>(head) * S + task.split) * D + d] = A;
-        if (d == 0) {
-          L.attn_ml[(static_cast<size_t>(head) * S + task.split) * 2] = M;
-          L.attn_ml[(static_cast<size_t>(head) * S + task.split) * 2 + 1] = Ls;
-        }
-      }
-      consumer_sync();
       if (hb == 0 && tid == 0) tr.mark(t, l, kEvAttnPart);
     }
   }

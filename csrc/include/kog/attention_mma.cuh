@@ -3,7 +3,7 @@
 //   S^T [16 pos x 8 heads] = K_tile [16 x D] . Q^T [D x 8]        (D / 16 mma)
 //   O^T [D x 8 heads]     += V_tile^T [D x 16] . P^T [16 x 8]     (D / 16 mma)
 // with the online softmax (log2 units, as attention.cuh) per head column in between. Heads are the n = 8 columns:
-// the pass's hp <= 4 query heads, the other columns hold zeros and are never written out. P is rounded to bf16 for
+// the pass's hq <= 8 query heads, the other columns hold zeros and are never written out. P is rounded to bf16 for
 // the second product (as FlashAttention does); l sums the fp32 P.
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16 .bf16; lane = 4 g + t): A rows g, g + 8 and columns 2t, 2t + 1, 2t + 8,
@@ -29,6 +29,9 @@
 #include "kog/sync.cuh"
 
 namespace kog {
+
+// Query heads one tensor-core pass can take: the mma's n = 8 columns.
+constexpr int kMmaColumns = 8;
 
 // D += A . B, m16n8k16, bf16 inputs, fp32 accumulators.
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -91,33 +94,40 @@ __device__ __forceinline__ void load_mma_tile(const KvSource& src, int end, int 
   }
 }
 
-// One pass over the split for hp <= HP query heads whose rotated q (fp32) are rows of qs [HP][D]; each warp writes
-// its (m, l, acc) per head to wm / wl [W][HP] and wacc [W][HP][D], as the CUDA-core passes do after their merge.
+// A warp's state after its pass, for head columns 2t and 2t + 1 of lane (g, t): O^T's C registers per m-tile
+// ([dim (D / 8) g + 2m][2t, 2t + 1], [dim + 1][2t, 2t + 1]), the running max and the warp's sum of P.
+template <int D>
+struct MmaState {
+  float o[D / 16][4];
+  float mrow[2], lrow[2];
+};
+
+// One pass over the split for hq <= kMmaColumns query heads whose rotated q (fp32) are rows of qs [hq][D].
 // Tiles of a round are warp-contiguous: warp w takes [start + (r W + w) 16 kTiles, + 16 kTiles).
-template <int D, int HP>
-__device__ __forceinline__ void attend_positions_mma(const KvSource& src, const AttnTask& task, int hp, float scale,
-                                                     const float* qs, float* wm, float* wl, float* wacc) {
+template <int D>
+__device__ __forceinline__ MmaState<D> attend_positions_mma(const KvSource& src, const AttnTask& task, int hq,
+                                                            float scale, const float* qs) {
   static_assert(D == 64 || D == 128, "head dims 64 and 128");
-  static_assert(HP <= 8, "the pass's heads are the mma's 8 columns");
   constexpr int W = MonoConfig::kConsumerWarps;
   constexpr int KS = D / 16;                // k-steps of S^T, m-tiles of O^T
   constexpr int kTiles = D == 64 ? 2 : 1;   // tiles a warp loads before the first use (registers: 32 / 64 per tile)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
 
-  // Q^T's B registers: column g = head g (zeros past hp), rows of k-step s = dimensions (D / 4) t + 4 s + 0..3.
+  // Q^T's B registers: column g = head g (zeros past hq), rows of k-step s = dimensions (D / 4) t + 4 s + 0..3.
   uint32_t qb[KS][2];
 #pragma unroll
   for (int s = 0; s < KS; ++s) {
     const float* qr = qs + g * D + (D / 4) * t + 4 * s;
-    qb[s][0] = g < hp ? pack_bf16x2(qr[0], qr[1]) : 0u;
-    qb[s][1] = g < hp ? pack_bf16x2(qr[2], qr[3]) : 0u;
+    qb[s][0] = g < hq ? pack_bf16x2(qr[0], qr[1]) : 0u;
+    qb[s][1] = g < hq ? pack_bf16x2(qr[2], qr[3]) : 0u;
   }
   // State of head columns 2t and 2t + 1 (the same in the 8 lanes of equal t once a tile's maxima are reduced).
-  float o[KS][4];
+  MmaState<D> st;
 #pragma unroll
-  for (int m = 0; m < KS; ++m) o[m][0] = o[m][1] = o[m][2] = o[m][3] = 0.f;
-  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+  for (int m = 0; m < KS; ++m) st.o[m][0] = st.o[m][1] = st.o[m][2] = st.o[m][3] = 0.f;
+  st.mrow[0] = st.mrow[1] = -INFINITY;
+  st.lrow[0] = st.lrow[1] = 0.f;
 
   for (int base = task.start + warp * 16 * kTiles; base < task.end; base += W * 16 * kTiles) {
     MmaTile<D> tl[kTiles];
@@ -142,12 +152,12 @@ __device__ __forceinline__ void attend_positions_mma(const KvSource& src, const 
         float mx = fmaxf(sc[c], sc[2 + c]);
 #pragma unroll
         for (int off = 4; off < 32; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-        const float mn = fmaxf(mrow[c], mx);
-        corr[c] = exp2_or_zero(mrow[c], mn);
+        const float mn = fmaxf(st.mrow[c], mx);
+        corr[c] = exp2_or_zero(st.mrow[c], mn);
         p[c] = exp2_or_zero(sc[c], mn);
         p[2 + c] = exp2_or_zero(sc[2 + c], mn);
-        lrow[c] = lrow[c] * corr[c] + (p[c] + p[2 + c]);
-        mrow[c] = mn;
+        st.lrow[c] = st.lrow[c] * corr[c] + (p[c] + p[2 + c]);
+        st.mrow[c] = mn;
       }
       // P^T halves (positions 0-7, 8-15) as bf16, transposed into B: [k = pos 2t, 2t + 1 (+ 8)][n = head g].
       const uint32_t pb0 = movmatrix_trans(pack_bf16x2(p[0], p[1]));
@@ -155,16 +165,16 @@ __device__ __forceinline__ void attend_positions_mma(const KvSource& src, const 
 #pragma unroll
       for (int m = 0; m < KS; ++m) {
         // O^T C: [dim (D / 8) g + 2m][head 2t, 2t + 1], [dim + 1][head 2t, 2t + 1]
-        o[m][0] *= corr[0];
-        o[m][1] *= corr[1];
-        o[m][2] *= corr[0];
-        o[m][3] *= corr[1];
+        st.o[m][0] *= corr[0];
+        st.o[m][1] *= corr[1];
+        st.o[m][2] *= corr[0];
+        st.o[m][3] *= corr[1];
         const int vj = m / 4, vw = m % 4;  // word m of the lane's [D / 8] dimensions
         const uint32_t w0 = word_of(r.v[0][vj], vw), w1 = word_of(r.v[1][vj], vw);
         const uint32_t w2 = word_of(r.v[2][vj], vw), w3 = word_of(r.v[3][vj], vw);
         const uint32_t a[4] = {__byte_perm(w0, w1, 0x5410), __byte_perm(w0, w1, 0x7632), __byte_perm(w2, w3, 0x5410),
                                __byte_perm(w2, w3, 0x7632)};
-        mma_16816(o[m], a, pb0, pb1);
+        mma_16816(st.o[m], a, pb0, pb1);
       }
     }
   }
@@ -172,21 +182,31 @@ __device__ __forceinline__ void attend_positions_mma(const KvSource& src, const 
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
 #pragma unroll
-    for (int off = 4; off < 32; off <<= 1) lrow[c] += __shfl_xor_sync(0xffffffffu, lrow[c], off);
+    for (int off = 4; off < 32; off <<= 1) st.lrow[c] += __shfl_xor_sync(0xffffffffu, st.lrow[c], off);
   }
+  return st;
+}
+
+// The warp's (m, l, acc) of head columns [h0, h0 + hp) (hp <= HP) into wm / wl [W][HP] and wacc [W][HP][D], slots
+// 0..hp-1, as the CUDA-core passes leave theirs after their merge.
+template <int D, int HP>
+__device__ __forceinline__ void store_mma_state(const MmaState<D>& st, int h0, int hp, float* wm, float* wl,
+                                                float* wacc) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
-    const int i = 2 * t + c;
-    if (i >= hp) continue;
+    const int i = 2 * t + c - h0;
+    if (i < 0 || i >= hp) continue;
     if (g == 0) {
-      wm[warp * HP + i] = mrow[c];
-      wl[warp * HP + i] = lrow[c];
+      wm[warp * HP + i] = st.mrow[c];
+      wl[warp * HP + i] = st.lrow[c];
     }
     float* dst = wacc + (warp * HP + i) * D + (D / 8) * g;
 #pragma unroll
-    for (int m = 0; m < KS; ++m) {
-      dst[2 * m] = o[m][c];
-      dst[2 * m + 1] = o[m][2 + c];
+    for (int m = 0; m < D / 16; ++m) {
+      dst[2 * m] = st.o[m][c];
+      dst[2 * m + 1] = st.o[m][2 + c];
     }
   }
 }

@@ -143,10 +143,13 @@ static_assert(MonoConfig::kStallPrefetchChunks == 0 || MonoConfig::kPrefetchChun
               "the constant L2 lead and the stall-time one share the loader's prefetch cursor");
 // ModelArgs::attn_mode values (attention.cuh). Rounds: a round's K / V loads, then its arithmetic, on the CUDA cores
 // (q fp32). Mma: tensor cores (attention_mma.cuh): QK^T and PV as bf16 mma.sync with fp32 accumulators, q and P
-// rounded to bf16.
+// rounded to bf16, kHeadsPerPass query heads per pass over the split. MmaWide: the same with every query head of the
+// KV head in one pass, up to the mma's 8 columns (GQA 5-8 read the split's K / V once instead of twice).
 constexpr int kAttnModeRounds = 0;
 constexpr int kAttnModeMma = 1;
-static_assert(MonoConfig::kAttnMode >= kAttnModeRounds && MonoConfig::kAttnMode <= kAttnModeMma, "an attn_mode value");
+constexpr int kAttnModeMmaWide = 2;
+static_assert(MonoConfig::kAttnMode >= kAttnModeRounds && MonoConfig::kAttnMode <= kAttnModeMmaWide,
+              "an attn_mode value");
 
 static_assert(MonoConfig::kHeadsPerPass == 4 && MonoConfig::kAttnUnroll >= 1, "attention register budget");
 
