@@ -32,6 +32,7 @@ __device__ __forceinline__ bool has_attn_task(int nkv, int S) { return static_ca
 
 // Rows of rotated q a pass keeps in shared memory: kHeadsPerPass, or a tensor-core pass's kMmaColumns.
 constexpr int kAttnQRows = MonoConfig::kHeadsPerPass > kMmaColumns ? MonoConfig::kHeadsPerPass : kMmaColumns;
+static_assert(kAttnQRows <= MonoConfig::kConsumerWarps, "one consumer warp computes each q row of a pass");
 
 // Floats of shared memory attention_task uses (in the work region): q rows, then the warps' m, l and acc of
 // kHeadsPerPass heads.
