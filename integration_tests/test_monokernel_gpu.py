@@ -136,7 +136,7 @@ def _check_step(w, caches, mk, token, pos, slot, bt, logits_out, errors, pre, go
     out."""
     s = w.shape
     splits = mk.plan.num_splits if splits is None else splits
-    mode = mk._model_values["attn_mode"] if attn_mode is None else attn_mode
+    mode = mk.table_value("attn_mode") if attn_mode is None else attn_mode
     partials_tol = ROUNDS_PARTIALS_TOL if mode == _config("kAttnModeRounds") else MMA_PARTIALS_TOL
     diag = mk.diagnostics()
     if diag is not None:

@@ -318,10 +318,14 @@ class Monokernel:
         """None when launches may apply vLLM's penalties (penalties.cuh), else the gate's reason."""
         return gate.penalty_reason(tensor_parallel=self.burst_counts is None)
 
+    def table_value(self, name: str, **overrides) -> int | float:
+        """ModelArgs field `name` of the default table (or of one with these overrides)."""
+        return overrides.get(name, self._model_values[name])
+
     def attention_splits(self, ctx: int, **overrides) -> int:
         """Attention splits per KV head the kernel takes at context length ctx with the default table (or one with
         these overrides): 1 up to attn_single_ctx, else plan.num_splits."""
-        single = int(overrides.get("attn_single_ctx", self._model_values["attn_single_ctx"]))
+        single = int(self.table_value("attn_single_ctx", **overrides))
         return 1 if ctx <= single else self.plan.num_splits
 
     def variant_table(self, **overrides) -> torch.Tensor:

@@ -1,5 +1,6 @@
-// Attention split on the tensor cores (ModelArgs::attn_mode kAttnModeMma): each warp takes tiles of 16 positions and
-// computes, with bf16 mma.sync m16n8k16 and fp32 accumulators,
+// Attention split on the tensor cores (ModelArgs::attn_mode kAttnModeMma, the default for splits longer than
+// kAttnShortLen, and kAttnModeMmaWide): each warp takes tiles of 16 positions and computes, with bf16 mma.sync
+// m16n8k16 and fp32 accumulators,
 //   S^T [16 pos x 8 heads] = K_tile [16 x D] . Q^T [D x 8]        (D / 16 mma)
 //   O^T [D x 8 heads]     += V_tile^T [D x 16] . P^T [16 x 8]     (D / 16 mma)
 // with the online softmax (log2 units, as attention.cuh) per head column in between. Heads are the n = 8 columns:
@@ -23,8 +24,8 @@
 #include <cstdint>
 
 #include "kog/args.cuh"
-#include "kog/config.cuh"
 #include "kog/attn_split.cuh"
+#include "kog/config.cuh"
 #include "kog/numerics.cuh"
 #include "kog/sync.cuh"
 
