@@ -41,8 +41,12 @@ class FakeLLM:
         return [types.SimpleNamespace(outputs=[out])]
 
     def collective_rpc(self, method):
+        """A kog worker's cumulative counters: 2 steps of the engine start (its profiling runs), then one kog step
+        of 8 tokens and one prefill fallback per generate call."""
         assert method == "kog_stats"
-        return [{"kog_steps": 12, "kog_tokens": 96, "fallback_steps": 3, "fallbacks": {"prefill": 3}, "disabled_reason": None}]
+        n = len(self.calls)
+        return [{"kog_steps": 2 + n, "kog_tokens": 16 + 8 * n, "fallback_steps": n, "fallbacks": {"prefill": n},
+                 "disabled_reason": None}]
 
 
 @pytest.fixture
@@ -111,7 +115,8 @@ def test_child_rounds_and_result(tmp_path, fake_engine, ckpt_dirs, impl):
     if impl == "kog":
         assert llm.kwargs["worker_cls"] == WORKER_CLS
         assert llm.kwargs["additional_config"] == {"kog": {"tokens_per_step": 8}}
-        assert row.counters[0]["kog_steps"] == 12
+        # the rounds' own 10 calls, not the engine start's 2 steps
+        assert row.counters[0]["kog_steps"] == 10 and row.counters[0]["fallbacks"] == {"prefill": 10}
     else:
         assert "worker_cls" not in llm.kwargs and row.counters is None
     # the parent's arithmetic on the child's timings

@@ -2,9 +2,9 @@
 greedy (temperature 0, same prompt, same new tokens, same warm-up and reps) in the same process. One run then
 reports the model's default sampling, stock and kog, and kog's greedy speed, without a third engine start.
 
-Kog counters: the worker's kog_stats are cumulative over its process. The child takes them after the sampled
-rounds (the sampled row's, as without --also-greedy) and again after the greedy rounds; the greedy row gets the
-difference (`counters_since`), so each row's counter checks (offline.finalize_row) count its own rounds only.
+Kog counters: the worker's kog_stats are cumulative over its process. The child takes them after the engine
+start, after the sampled rounds and after the greedy rounds; each row gets the difference over its own rounds
+(`counters_since`), so each row's counter checks (offline.finalize_row) count its own rounds only.
 
 In the report the greedy rounds are a ModelResult of their own, labelled "<model> greedy" (`greedy_of` names the
 sampled model), placed after it; `sampled_kog_of_greedy` on the sampled ModelResult is its kog tok/s over the

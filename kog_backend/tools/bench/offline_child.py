@@ -5,9 +5,10 @@ SPEC is a JSON file written by `offline.py` (engine, model, prompt token ids, sa
 same form. The parent derives every figure from the raw timings. Progress goes to the pipe `--progress-fd` as
 lines `total N` / `step LABEL`.
 
-Order: copy bandwidth (before vLLM takes the GPU memory), engine start, `warmup` rounds, `reps` timed rounds, the
-kog counters; with spec["also_greedy"] then `warmup` + `reps` greedy rounds and the counters again
-(bench/greedy_rounds.py: the greedy row gets the difference). A round is one 1-token generate call then one
+Order: copy bandwidth (before vLLM takes the GPU memory), engine start, the kog counters, `warmup` rounds, `reps`
+timed rounds, the kog counters again (the row gets the difference: its rounds' steps, not the engine start's); with
+spec["also_greedy"] then `warmup` + `reps` greedy rounds and the counters again (bench/greedy_rounds.py: the greedy
+row gets the difference too). A round is one 1-token generate call then one
 (new_tokens + 1)-token call, each timed with perf_counter around `LLM.generate`, the prompt the same random token
 ids for both engines. Sampling: what vLLM gives a request that sets nothing (the model's generation config), with
 the bench's explicit fields over it (bench/sampling.py); the greedy rounds set temperature 0 over that.
@@ -122,13 +123,16 @@ def measure(spec: dict[str, Any], progress: Progress, host: dict[str, Any]) -> t
 
     prompt = TokensPrompt(prompt_token_ids=list(spec["prompt_token_ids"]))
     defaults = default_sampling(llm)
+    kog = spec["impl"] == "kog"
+    start = kog_counters(llm, row["warnings"]) if kog else None  # the engine start's own steps (profiling runs)
     time_rounds(llm, prompt, spec, defaults, row, progress, label="")
-    if spec["impl"] == "kog":
-        row["counters"] = kog_counters(llm, row["warnings"])
+    after = kog_counters(llm, row["warnings"]) if kog else None
+    if kog:
+        row["counters"] = rounds_counters(start, after, row["warnings"], "the rounds")
     row["ok"] = True
     if not spec.get("also_greedy"):
         return row, None
-    return row, measure_greedy(llm, prompt, spec, defaults, row, progress)
+    return row, measure_greedy(llm, prompt, spec, defaults, row, progress, after)
 
 
 def time_rounds(llm: Any, prompt: Any, spec: dict[str, Any], defaults: dict[str, Any], row: dict[str, Any],
@@ -176,11 +180,25 @@ def kog_counters(llm: Any, warnings: list[str]) -> list[dict[str, Any]] | None:
         return None
 
 
+def rounds_counters(before: list[dict[str, Any]] | None, after: list[dict[str, Any]] | None, warnings: list[str],
+                    what: str) -> list[dict[str, Any]] | None:
+    """The kog counters of the calls between two kog_stats snapshots (greedy_rounds.split_counters); the cumulative
+    ones, with a warning, when the first snapshot failed."""
+    from kog_backend.tools.bench.greedy_rounds import split_counters
+
+    if after is not None and before is not None:
+        return split_counters(before, after)
+    if after is not None:
+        warnings.append(f"no kog counters before {what}: these count since the engine started")
+    return after
+
+
 def measure_greedy(llm: Any, prompt: Any, spec: dict[str, Any], defaults: dict[str, Any], sampled: dict[str, Any],
-                   progress: Progress) -> dict[str, Any]:
+                   progress: Progress, before: list[dict[str, Any]] | None) -> dict[str, Any]:
     """--also-greedy: the same rounds at temperature 0 in this engine; the copy bandwidth and engine start are the
-    sampled row's (same process); kog counters: those of these rounds only. A failure here fails this row only."""
-    from kog_backend.tools.bench.greedy_rounds import greedy_overrides, split_counters
+    sampled row's (same process); kog counters: those of these rounds only (`before`: the cumulative counters after
+    the sampled rounds). A failure here fails this row only."""
+    from kog_backend.tools.bench.greedy_rounds import greedy_overrides
 
     row: dict[str, Any] = {"impl": spec["impl"], "ok": False, "warnings": []}
     for k in ("copy_gbps", "copy_times_s", "load_s"):
@@ -190,13 +208,8 @@ def measure_greedy(llm: Any, prompt: Any, spec: dict[str, Any], defaults: dict[s
     try:
         time_rounds(llm, prompt, greedy_spec, defaults, row, progress, label="greedy ")
         if spec["impl"] == "kog":
-            after = kog_counters(llm, row["warnings"])
-            before = sampled.get("counters")
-            if after is not None and before is not None:
-                row["counters"] = split_counters(before, after)
-            elif after is not None:
-                row["warnings"].append("no kog counters before the greedy rounds: these count since the engine started")
-                row["counters"] = after
+            row["counters"] = rounds_counters(before, kog_counters(llm, row["warnings"]), row["warnings"],
+                                              "the greedy rounds")
     except Exception as e:  # noqa: BLE001 - the sampled row stands; this one reports why it has no figures
         traceback.print_exc()
         row["error"] = f"greedy rounds: {type(e).__name__}: {e}".strip()[:2000]
