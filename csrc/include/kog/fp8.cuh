@@ -142,10 +142,7 @@ template <bool kPair>
 __device__ __forceinline__ void gemv_partial_fp8(const uint8_t* w_s, uint32_t skip0, uint32_t skip1, const bf16* x_s,
                                                  int K, int nu, int wpu_log2, int nvalid, int mode, float& a0,
                                                  float& a1) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int unit = warp >> wpu_log2, part = warp & ((1 << wpu_log2) - 1);
-  const int nvec = K >> 4;
-  const int v0 = (part * nvec) >> wpu_log2, v1 = ((part + 1) * nvec) >> wpu_log2;
+  const auto [lane, unit, v0, v1] = warp_share(K >> 4, wpu_log2);
   a0 = 0.f;
   a1 = 0.f;
   if (unit < nvalid) {

@@ -58,6 +58,18 @@ __device__ __forceinline__ int owned_row(int c0, int k, int nu) {
 // Shared-memory offset (bytes) of the up rows of a gate/up chunk inside its slot.
 __device__ __forceinline__ uint32_t pair_offset_bytes(int K, int nu) { return static_cast<uint32_t>(nu) * K * 2u; }
 
+// A warp's share of a chunk: unit warp >> wpu_log2, part warp & (wpu - 1), and the part's vectors [v0, v1) of a row
+// of nvec vectors, [p nvec / wpu, (p + 1) nvec / wpu) for part p (gemv_partial, gemv_partial_fp8).
+struct WarpShare {
+  int lane, unit, v0, v1;
+};
+__device__ __forceinline__ WarpShare warp_share(int nvec, int wpu_log2) {
+  const int warp = threadIdx.x >> 5;
+  const int part = warp & ((1 << wpu_log2) - 1);
+  return WarpShare{static_cast<int>(threadIdx.x & 31), warp >> wpu_log2, (part * nvec) >> wpu_log2,
+                   ((part + 1) * nvec) >> wpu_log2};
+}
+
 // One warp's share of one chunk's dot products with x_s: the fp32 sums of unit `warp >> wpu_log2` over its
 // part `warp & (wpu - 1)`, on every lane; 0 for warps whose unit is past nvalid. A row is K / 8 16-byte vectors
 // (K a multiple of 8, plan.py); part p takes vectors [p V / wpu, (p + 1) V / wpu), V = K / 8, lane i every 32nd of
@@ -69,10 +81,7 @@ __device__ __forceinline__ uint32_t pair_offset_bytes(int K, int nu) { return st
 template <bool kPair>
 __device__ __forceinline__ void gemv_partial(const bf16* w_s, const bf16* x_s, int K, int nu, int wpu_log2,
                                              int nvalid, float& a0, float& a1) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int unit = warp >> wpu_log2, part = warp & ((1 << wpu_log2) - 1);
-  const int nvec = K >> 3;
-  const int v0 = (part * nvec) >> wpu_log2, v1 = ((part + 1) * nvec) >> wpu_log2;
+  const auto [lane, unit, v0, v1] = warp_share(K >> 3, wpu_log2);
   a0 = 0.f;
   a1 = 0.f;
   if (unit < nvalid) {
