@@ -62,7 +62,7 @@ struct Consumers : Fp8Mode<kFp8> {
   const ModelArgs& m;
   const StepArgs& step;
   SmemHeader& hdr;
-  bf16* const x_s;        // a stage's input vector (bf16 [K]) at the start of the work area
+  bf16* const x_s;        // a stage's input vector (bf16 [K]; f16 under fp8_gemv kFp8GemvMma) at the work area's start
   float* const work;      // the work area: attention splits, the filtered draw (burst_sampling.cuh)
   const uint32_t epoch0;  // the counters' epoch at the launch's start: token t's epoch is epoch0 + t
   const int G, b, tid;
