@@ -94,6 +94,17 @@ def test_config_matches_header():
     assert timeline._LM_ALIASES == dict(re.findall(r"  (kEv\w+) = (kEv\w+),", trace))
 
 
+def test_abort_sites_match_header_and_are_described():
+    from kog_backend.monokernel import host
+
+    sites = dict(re.findall(r"(kSite\w+) = (\d+)", open(os.path.join(HEADERS, "sync.cuh")).read()))
+    assert int(sites["kSiteNotResident"]) == host.SITE_NOT_RESIDENT
+    assert int(sites["kSiteFp8Range"]) == host.SITE_FP8_RANGE
+    assert set(host.ABORT_SITES) | {host.SITE_FP8_RANGE} == {int(v) for v in sites.values()}
+    desc = host.describe_abort(host.SITE_FP8_RANGE, 5, 3, 17, 0, num_kv_heads=8)
+    assert "layer 17 down" in desc and "f16 range" in desc and "block 5" in desc
+
+
 @pytest.mark.skipif(ops.load_reason() is not None, reason=f"extension not loadable: {ops.load_reason()}")
 def test_layout_and_config_match_extension():
     assert list(torch.ops.kog.monokernel_layout()) == layout.expected_layout()
