@@ -328,6 +328,14 @@ class Monokernel:
         single = int(self.table_value("attn_single_ctx", **overrides))
         return 1 if ctx <= single else self.plan.num_splits
 
+    def set_table_value(self, name: str, value: int | float) -> None:
+        """Replaces ModelArgs field `name` of this object's table for every later launch (in place, on the current
+        stream: the launch object keeps the table's address)."""
+        if name not in self._model_values:
+            raise KeyError(name)
+        self._model_values[name] = value
+        self.model_table.copy_(_to_device(layout.pack_model(self._model_values), self.device))
+
     def variant_table(self, **overrides) -> torch.Tensor:
         """A copy of the argument table with some ModelArgs fields replaced (benchmarks time variants with it:
         fewer layers, a smaller LM head, a shallower ring). Use it only through step(model_table=...)."""
