@@ -37,35 +37,32 @@ def _mma_dot16(d, e, w, x):
     return d, e
 
 
+def _lane_vectors(a, base, v0, v1):
+    """Each lane's 16 values of vector base + lane where it lies in [v0, v1), zeros elsewhere (the kernel's masking)."""
+    out = []
+    for lane in range(LANES):
+        v = base + lane
+        out.append(a[16 * v : 16 * v + 16].tolist() if v0 <= v < v1 else [0.0] * 16)
+    return out
+
+
 def _warp_gemv(w_row, x, scales, mode, v0, v1, unit=0):
     """gemv_mma_fp8 for one warp and one row: w_row, x [K] (K = 16 x vectors), scales per mode; returns the warp's
     sum (the value every lane holds after warp_sum)."""
-    zero16 = [0.0] * 16
     zeros = [[0.0] * 4 for _ in range(LANES)]
     acc = [0.0] * LANES
-    if mode == BLOCK:
-        for base in range(v0 & ~3, v1, 32):
-            w, xs = [], []
-            for lane in range(LANES):
-                v = base + lane
-                ok = v0 <= v < v1
-                w.append(w_row[16 * v : 16 * v + 16].tolist() if ok else zero16)
-                xs.append(x[16 * v : 16 * v + 16].tolist() if ok else zero16)
+    d, e = zeros, zeros
+    for base in range(v0 & ~3, v1, 32):
+        w, xs = _lane_vectors(w_row, base, v0, v1), _lane_vectors(x, base, v0, v1)
+        if mode == BLOCK:  # fresh accumulators per step, each group's diagonal entry weighed by its block's scale
             d, e = _mma_dot16(zeros, zeros, w, xs)
             for lane in range(LANES):
                 vg = base + (lane & ~3)
                 if vg + 4 > v0 and vg < v1:
                     acc[lane] += float(scales[vg >> 3]) * _diagonal(d, e, lane)
-    else:
-        d, e = zeros, zeros
-        for base in range(v0 & ~3, v1, 32):
-            w, xs = [], []
-            for lane in range(LANES):
-                v = base + lane
-                ok = v0 <= v < v1
-                w.append(w_row[16 * v : 16 * v + 16].tolist() if ok else zero16)
-                xs.append(x[16 * v : 16 * v + 16].tolist() if ok else zero16)
+        else:
             d, e = _mma_dot16(d, e, w, xs)
+    if mode != BLOCK:
         s = float(scales[unit if mode == PER_ROW else 0])
         acc = [_diagonal(d, e, lane) * s for lane in range(LANES)]
     return sum(acc)
