@@ -11,8 +11,25 @@ import math
 import pytest
 import torch
 
-from mma_fragments import LANES
-from mma_fragments import mma_m16n8k16 as _mma
+LANES = 32
+
+
+def _mma(a, b, c):
+    """D = A B + C for mma.m16n8k16 from per-lane fragments: a[lane] = 4 (lo, hi) words, b[lane] = 2 words,
+    c[lane] = 4 floats; returns d in C's layout."""
+    A = torch.zeros(16, 16, dtype=torch.float64)
+    B = torch.zeros(16, 8, dtype=torch.float64)
+    C = torch.zeros(16, 8, dtype=torch.float64)
+    for lane in range(LANES):
+        g, t = lane >> 2, lane & 3
+        for r, (row, col) in enumerate(((g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8))):
+            A[row, col], A[row, col + 1] = a[lane][r]
+        for r, k in enumerate((2 * t, 2 * t + 8)):
+            B[k, g], B[k + 1, g] = b[lane][r]
+        C[g, 2 * t], C[g, 2 * t + 1], C[g + 8, 2 * t], C[g + 8, 2 * t + 1] = c[lane]
+    D = A @ B + C
+    return [[D[l >> 2, 2 * (l & 3)], D[l >> 2, 2 * (l & 3) + 1], D[(l >> 2) + 8, 2 * (l & 3)],
+             D[(l >> 2) + 8, 2 * (l & 3) + 1]] for l in range(LANES)]  # fmt: skip
 
 
 def _movmatrix_trans(x):

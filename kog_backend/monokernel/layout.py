@@ -70,7 +70,6 @@ MODEL_FIELDS: tuple[tuple[str, str, int], ...] = (
     ("fp8_scaling", "i", 1),
     ("fp8_scales", "p", 1),
     ("attn_mode", "i", 1),
-    ("fp8_gemv", "i", 1),
 )
 
 LAYER_FIELDS: tuple[str, ...] = (
@@ -152,9 +151,6 @@ CONFIG: dict[str, int] = {
     "kAttnModeRounds": 0,
     "kAttnModeMma": 1,
     "kAttnModeMmaWide": 2,
-    "kFp8Gemv": 0,
-    "kFp8GemvCudaCores": 0,
-    "kFp8GemvMma": 1,
 }
 CONFIG_NAMES = tuple(CONFIG)
 

@@ -133,9 +133,6 @@ struct ModelArgs {
   // How attention splits longer than kAttnShortLen run: kAttnModeRounds, kAttnModeMma or kAttnModeMmaWide
   // (config.cuh; MonoConfig::kAttnMode).
   int64_t attn_mode;
-  // How an FP8 kernel's projections multiply: kFp8GemvCudaCores or kFp8GemvMma (config.cuh; MonoConfig::kFp8Gemv).
-  // Ignored by the bf16 kernels.
-  int64_t fp8_gemv;
 };
 
 // ModelArgs fields the consumers read right after a hand-off's wait (and the loader at each stage change), copied

@@ -97,9 +97,6 @@ struct MonoConfig {
   // Default of ModelArgs::attn_mode, how splits longer than kAttnShortLen run (the kAttnMode* values below): on the
   // tensor cores (docs/tuning.md).
   static constexpr int kAttnMode = 1;
-  // Default of ModelArgs::fp8_gemv, how an FP8 kernel's projections multiply (the kFp8Gemv* values below): on the
-  // CUDA cores until the tensor-core form is measured on a GPU (docs/tuning.md).
-  static constexpr int kFp8Gemv = 0;
   // Attention splits whose partials the combining block loads in one round trip (S = 16 for 8 KV heads on 132 SMs)
   // (docs/tuning.md).
   static constexpr int kCombineBatch = 16;
@@ -153,14 +150,6 @@ constexpr int kAttnModeMma = 1;
 constexpr int kAttnModeMmaWide = 2;
 static_assert(MonoConfig::kAttnMode >= kAttnModeRounds && MonoConfig::kAttnMode <= kAttnModeMmaWide,
               "an attn_mode value");
-
-// ModelArgs::fp8_gemv values (fp8.cuh). CudaCores: each e4m3 weight converted to fp32 and multiplied with the bf16
-// input in fp32 FMAs. Mma: the input vector kept in shared memory as f16 (exact for |x| <= 65504; a launch whose
-// input leaves that range aborts), weights converted e4m3x2 -> f16x2 and multiplied on the tensor cores
-// (mma.sync m16n8k16, fp32 accumulators), a lane's own products summed on the diagonal of the product.
-constexpr int kFp8GemvCudaCores = 0;
-constexpr int kFp8GemvMma = 1;
-static_assert(MonoConfig::kFp8Gemv == kFp8GemvCudaCores || MonoConfig::kFp8Gemv == kFp8GemvMma, "an fp8_gemv value");
 
 static_assert(MonoConfig::kHeadsPerPass == 4 && MonoConfig::kAttnUnroll >= 1, "attention register budget");
 

@@ -133,112 +133,15 @@ __device__ __forceinline__ float dot16_e4m3(const uint4 w, const uint4 xa, const
   return a + b;
 }
 
-// ---- the tensor-core form (ModelArgs::fp8_gemv kFp8GemvMma) ----------------------------------------------------
-// x_s holds the input as f16 (the stage's fill converts it: rmsnorm_to_smem<true> and its siblings); a lane keeps its
-// vectors as in the CUDA-core form (vector v of the part: 16 weights, 16 inputs) and multiplies them on the tensor
-// cores with mma.m16n8k16 (f16 in, fp32 accumulators). Lane 4 g + t passes 8 of its inputs, one 16-byte load as it
-// is, as its A fragment (rows g and g + 8, columns {2t, 2t + 1, 2t + 8, 2t + 9}) and 4 of its weights as its B
-// fragment (column g, rows {2t, 2t + 1, 2t + 8, 2t + 9}). With the weights of A's row g in B, the diagonal D[g][g] is
-// the sum of the products the 4 lanes of group g own; with those of row g + 8, D[g + 8][g] is. The rest of D pairs
-// one group's inputs with another's weights and is dropped. C's fragment puts D[g][g] and D[g + 8][g] on lane
-// 4 g + g / 2 (elements g % 2 and 2 + g % 2). Per 16 bytes of weights a lane issues 8 conversions and 4 mma instead
-// of 8 conversions, 16 f16 -> fp32 conversions, 16 input unpacks and 16 FMAs. tests/test_fp8_mma_fragments.py
-// replays the maps lane by lane.
-
-// f16x2 of two e4m3 values (the low 16 bits of v; element 0 in the low half): exact.
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
-  uint32_t h2;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(static_cast<uint16_t>(v & 0xffffu)));
-  return h2;
-}
-
-// d += A B (mma.m16n8k16, row.col, f16 inputs, fp32 accumulators): a = this lane's A words (rows g, g + 8, g, g + 8),
-// b0 / b1 its B words (rows {2t, 2t + 1} / {2t + 8, 2t + 9}).
-__device__ __forceinline__ void mma_f16(float (&d)[4], const uint4 a, uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
-}
-
-// One 16-byte vector of 16 e4m3 weights w against the 16 f16 inputs xa (elements 0-7), xb (8-15). A = xa puts
-// elements {0, 1, 4, 5} in row g and {2, 3, 6, 7} in row g + 8: the mma into d takes weights {0, 1, 4, 5} (the low
-// halves of words 0, 1), the one into e weights {2, 3, 6, 7} (their high halves); the same with xb and words 2, 3.
-// d's products are on rows g of D, e's on rows g + 8.
-__device__ __forceinline__ void mma_dot16_e4m3(float (&d)[4], float (&e)[4], const uint4 w, const uint4 xa,
-                                               const uint4 xb) {
-  mma_f16(d, xa, e4m3x2_to_f16x2(w.x), e4m3x2_to_f16x2(w.y));
-  mma_f16(e, xa, e4m3x2_to_f16x2(w.x >> 16), e4m3x2_to_f16x2(w.y >> 16));
-  mma_f16(d, xb, e4m3x2_to_f16x2(w.z), e4m3x2_to_f16x2(w.w));
-  mma_f16(e, xb, e4m3x2_to_f16x2(w.z >> 16), e4m3x2_to_f16x2(w.w >> 16));
-}
-
-// D_d[g][g] + D_e[g + 8][g] on the lane that holds them (4 g + g / 2), 0 on the others.
-__device__ __forceinline__ float mma_diagonal(const float (&d)[4], const float (&e)[4], int lane) {
-  const int g = lane >> 2;
-  if ((lane & 3) != (g >> 1)) return 0.f;
-  return (g & 1) ? d[1] + e[3] : d[0] + e[2];
-}
-
-// gemv_partial_fp8's tensor-core form, same arguments and results (the warp's fp32 partials of the unit's row(s) on
-// every lane). The part's vectors [v0, v1) are taken 32 at a time from v0 rounded down to a multiple of 4, lane i
-// taking vector base + i where it lies in [v0, v1) and zeros elsewhere (mma needs the whole warp; zero weights too,
-// so that a stale NaN byte in the slot contributes nothing). A group's 4 vectors then lie in one 128-column scale
-// block: block scales weigh each group's diagonal entry per 32-vector step (fresh accumulators per step); per-row and
-// per-tensor scales the warp's sum once.
-template <bool kPair>
-__device__ __forceinline__ void gemv_mma_fp8(const uint4* w0, const uint4* w1, const float* s0, const float* s1,
-                                             const uint4* xv, int lane, int unit, int v0, int v1, int mode, float& a0,
-                                             float& a1) {
-  const int lead = lane & ~3;  // the lane's group's first lane
-  if (mode == kFp8Block128) {
-    for (int base = v0 & ~3; base < v1; base += 32) {
-      const int v = base + lane;
-      const bool ok = v >= v0 && v < v1;
-      const uint4 z = make_uint4(0u, 0u, 0u, 0u);
-      const uint4 xa = ok ? xv[2 * v] : z, xb = ok ? xv[2 * v + 1] : z;
-      float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
-      mma_dot16_e4m3(d, e, ok ? w0[v] : z, xa, xb);
-      // The group's first vector: in the block of every vector of the group, and in [v0, v1) where any is.
-      const int vg = base + lead;
-      const bool group_ok = vg + 4 > v0 && vg < v1;
-      if (group_ok) a0 = fmaf(s0[vg >> 3], mma_diagonal(d, e, lane), a0);
-      if constexpr (kPair) {
-        float d1[4] = {0.f, 0.f, 0.f, 0.f}, e1[4] = {0.f, 0.f, 0.f, 0.f};
-        mma_dot16_e4m3(d1, e1, ok ? w1[v] : z, xa, xb);
-        if (group_ok) a1 = fmaf(s1[vg >> 3], mma_diagonal(d1, e1, lane), a1);
-      }
-    }
-  } else {
-    float d0[4] = {0.f, 0.f, 0.f, 0.f}, e0[4] = {0.f, 0.f, 0.f, 0.f};
-    float d1[4] = {0.f, 0.f, 0.f, 0.f}, e1[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 2
-    for (int base = v0 & ~3; base < v1; base += 32) {
-      const int v = base + lane;
-      const bool ok = v >= v0 && v < v1;
-      const uint4 z = make_uint4(0u, 0u, 0u, 0u);
-      const uint4 xa = ok ? xv[2 * v] : z, xb = ok ? xv[2 * v + 1] : z;
-      mma_dot16_e4m3(d0, e0, ok ? w0[v] : z, xa, xb);
-      if constexpr (kPair) mma_dot16_e4m3(d1, e1, ok ? w1[v] : z, xa, xb);
-    }
-    const int si = mode == kFp8PerRow ? unit : 0;
-    a0 = mma_diagonal(d0, e0, lane) * s0[si];
-    if constexpr (kPair) a1 = mma_diagonal(d1, e1, lane) * s1[si];
-  }
-  a0 = warp_sum(a0);
-  if constexpr (kPair) a1 = warp_sum(a1);
-}
-
 // One warp's share of one FP8 chunk's dot products with x_s (gemv.cuh's gemv_partial over FP8 rows, scaled): a row
 // is K / 16 16-byte vectors (K a multiple of 16, plan.py), split over wpu = kConsumerWarps / nu warps as there.
 // Vector v holds elements [16 v, 16 v + 16), one 128-column scale block's (v / 8). w_s: the chunk in its slot,
 // rows_bytes = nu x K (x 2 for a pair) bytes of rows, then the scale spans (fp8_span_offset); skip0 / skip1: where
 // each half's scales start in its span (fp8_span).
-// gemv: ModelArgs::fp8_gemv (kFp8GemvMma: x_s holds f16, gemv_mma_fp8).
 template <bool kPair>
 __device__ __forceinline__ void gemv_partial_fp8(const uint8_t* w_s, uint32_t skip0, uint32_t skip1, const bf16* x_s,
-                                                 int K, int nu, int wpu_log2, int nvalid, int mode, int gemv,
-                                                 float& a0, float& a1) {
+                                                 int K, int nu, int wpu_log2, int nvalid, int mode, float& a0,
+                                                 float& a1) {
   const auto [lane, unit, v0, v1] = warp_share(K >> 4, wpu_log2);
   a0 = 0.f;
   a1 = 0.f;
@@ -249,10 +152,6 @@ __device__ __forceinline__ void gemv_partial_fp8(const uint8_t* w_s, uint32_t sk
     const uint4* w0 = reinterpret_cast<const uint4*>(w_s + static_cast<size_t>(unit) * K);
     const uint4* w1 = reinterpret_cast<const uint4*>(w_s + static_cast<size_t>(nu + unit) * K);
     const uint4* xv = reinterpret_cast<const uint4*>(x_s);
-    if (gemv == kFp8GemvMma) {
-      gemv_mma_fp8<kPair>(w0, w1, s0, s1, xv, lane, unit, v0, v1, mode, a0, a1);
-      return;
-    }
     if (mode == kFp8Block128) {
 #pragma unroll 4
       for (int v = v0 + lane; v < v1; v += 32) {
@@ -278,19 +177,15 @@ __device__ __forceinline__ void gemv_partial_fp8(const uint8_t* w_s, uint32_t sk
 
 // The FP8 scaling mode of a launch (ModelArgs::fp8_scaling): read at the start in an FP8 kernel, the constant
 // kFp8None elsewhere (no field: consumer_state.cuh's Consumers takes it as a base, empty there).
-// fp8_gemv: ModelArgs::fp8_gemv in an FP8 kernel, kFp8GemvCudaCores elsewhere.
 template <bool kFp8>
 struct Fp8Mode {
   int fp8_mode;
-  int fp8_gemv;
-  __device__ __forceinline__ Fp8Mode(int64_t v, int64_t gemv)
-      : fp8_mode(static_cast<int>(v)), fp8_gemv(static_cast<int>(gemv)) {}
+  __device__ __forceinline__ explicit Fp8Mode(int64_t v) : fp8_mode(static_cast<int>(v)) {}
 };
 template <>
 struct Fp8Mode<false> {
   static constexpr int fp8_mode = kFp8None;
-  static constexpr int fp8_gemv = kFp8GemvCudaCores;
-  __device__ __forceinline__ Fp8Mode(int64_t, int64_t) {}
+  __device__ __forceinline__ explicit Fp8Mode(int64_t) {}
 };
 
 }  // namespace kog
