@@ -343,6 +343,8 @@ _LOADER_VARIANTS = {
     "inflight_2_hold_1_1": dict(max_inflight=2, stage_end_copies=1, attn_end_copies=1),
     "tagged_gate_up": dict(tagged_handoffs=1),
     "tagged_gate_up_stall_prefetch_4": dict(tagged_handoffs=1, stall_prefetch_chunks=4),
+    "kv_prefetch_all": dict(kv_prefetch_bytes=1 << 40),
+    "kv_prefetch_first_pages": dict(kv_prefetch_bytes=4096),
 }  # fmt: skip
 
 # (arch, head dim, GQA, position): Llama-like GQA 4 with 16 splits of the context; Qwen3-like GQA 2 (passes of two
@@ -357,7 +359,8 @@ def test_loader_variants_change_timing_only(variant, model):
     hand-offs (ModelArgs::stage_end_copies / attn_end_copies < num_slots), its L2 prefetch while waiting for a slot
     (stall_prefetch_chunks; 64 runs past the end of the launch's schedule), its cap on copies in flight
     (max_inflight), the gate/up -> down hand-off through tagged words (tagged_handoffs bit 1, in a
-    -DKOG_TAGGED_HANDOFFS=1 build). A K=4 launch with one gives the default launch's tokens, logits and caches bit
+    -DKOG_TAGGED_HANDOFFS=1 build), the attention splits' L2 prefetch of the next layer's K / V pages (every page;
+    a budget of one page per layer: each split's first pages only). A K=4 launch with one gives the default launch's tokens, logits and caches bit
     for bit, and no wait times out (the hold cannot deadlock; a tagged wait does not outlive its token)."""
     overrides = _LOADER_VARIANTS[variant]
     if overrides.get("tagged_handoffs", 0) & 1 and not _config("kTaggedBuild"):

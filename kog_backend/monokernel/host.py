@@ -182,6 +182,7 @@ class Monokernel:
             "slot_bytes": plan.slot_bytes, "fp8_scaling": layout.FP8_SCALING[weights.fp8],
             "fp8_scales": self.fp8_scale_table.data_ptr() if self.fp8_scale_table is not None else 0,
             "attn_mode": layout.CONFIG["kAttnMode"],
+            "kv_prefetch_bytes": layout.CONFIG["kKvPrefetchBytes"],
         }  # fmt: skip
         self._model_values = model
         self.model_table = _to_device(layout.pack_model(model), device)

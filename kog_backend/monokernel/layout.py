@@ -70,6 +70,7 @@ MODEL_FIELDS: tuple[tuple[str, str, int], ...] = (
     ("fp8_scaling", "i", 1),
     ("fp8_scales", "p", 1),
     ("attn_mode", "i", 1),
+    ("kv_prefetch_bytes", "i", 1),
 )
 
 LAYER_FIELDS: tuple[str, ...] = (
@@ -151,6 +152,7 @@ CONFIG: dict[str, int] = {
     "kAttnModeRounds": 0,
     "kAttnModeMma": 1,
     "kAttnModeMmaWide": 2,
+    "kKvPrefetchBytes": 0,
 }
 CONFIG_NAMES = tuple(CONFIG)
 

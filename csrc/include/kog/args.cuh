@@ -133,6 +133,10 @@ struct ModelArgs {
   // How attention splits longer than kAttnShortLen run: kAttnModeRounds, kAttnModeMma or kAttnModeMmaWide
   // (config.cuh; MonoConfig::kAttnMode).
   int64_t attn_mode;
+  // Bytes of the next layer's K / V the attention splits send towards L2 after their pass (attention.cuh
+  // prefetch_next_layer_pages; MonoConfig::kKvPrefetchBytes): 0 none; else each split's first pages, as many as keep
+  // a layer's prefetch under this many bytes.
+  int64_t kv_prefetch_bytes;
 };
 
 // ModelArgs fields the consumers read right after a hand-off's wait (and the loader at each stage change), copied
@@ -146,6 +150,7 @@ struct HotArgs {
   const LayerArgs* layers;
   uint64_t* argmax_slots;
   int64_t kv_stride_block, kv_stride_pos, kv_stride_head;
+  int64_t kv_prefetch_bytes;
   float rms_eps, attn_scale_log2;
   int num_layers, num_heads, num_kv_heads, num_splits, block_size, qk_norm;
 };

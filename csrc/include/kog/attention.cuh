@@ -50,6 +50,32 @@ __device__ __forceinline__ float dot8f(const float (&q)[8], const uint4 k) {
   return a + b;
 }
 
+// With ModelArgs::kv_prefetch_bytes > 0, after the split's pass: the pages of its positions in layer l + 1's cache
+// towards L2 (cp.async.bulk.prefetch.L2), where layer l + 1's split of the same positions reads them about one layer
+// later; HBM then streams them beside that layer's weights instead of alone in its attention phase. A page (one
+// block of bs positions) holds every KV head's K and V, so the nkv splits of a position range share its pages: KV
+// head h's split takes pages h, h + nkv, ... of the range. Where a layer's pages exceed the budget each split sends
+// its first pages only, the same share of each (its pass reads them first). The weights stream with an evict-first
+// policy (loader.cuh), so the pages stay for their reader. None for the last layer.
+__device__ __forceinline__ void prefetch_next_layer_pages(const HotArgs& m, const KvSource& src, const AttnTask& task,
+                                                          int l, int pos) {
+  if (m.kv_prefetch_bytes <= 0 || l + 1 >= m.num_layers || task.end <= task.start) return;
+  const int bs = src.bs, nkv = m.num_kv_heads;
+  const int p0 = task.start / bs;
+  int n = (task.end + bs - 1) / bs - p0;               // the split's pages
+  const int64_t page_bytes = 2 * m.kv_stride_block;    // bf16 elements -> bytes
+  const int64_t layer_bytes = static_cast<int64_t>(pos / bs + 1) * page_bytes;
+  if (layer_bytes > m.kv_prefetch_bytes) n = static_cast<int>(n * m.kv_prefetch_bytes / layer_bytes);
+  const int first = task.kvh + nkv * static_cast<int>(threadIdx.x);
+  if (first >= n) return;
+  const bf16* next = reinterpret_cast<const bf16*>(
+      __ldg(reinterpret_cast<const unsigned long long*>(&m.layers[l + 1].k_cache)));
+  for (int i = first; i < n; i += nkv * MonoConfig::kConsumerThreads) {
+    const int blk = src.block(p0 + i);
+    if (blk >= 0) bulk_prefetch_l2(next + blk * m.kv_stride_block, static_cast<uint32_t>(page_bytes));
+  }
+}
+
 // One round of a lane group's K / V loads: U positions (16 B of K and of V each); ok[u] false past the split's end or
 // where the block table has no block (then zeros, never used).
 template <int U>
@@ -180,6 +206,57 @@ __device__ __forceinline__ void write_split_heads(const LayerArgs& L, const Attn
       L.attn_ml[(static_cast<size_t>(head) * S + task.split) * 2 + 1] = Ls;
     }
   }
+}
+
+// The last split of KV head kvh to finish: its S splits' (m, l, acc) into the bf16 attention output of its g query
+// heads (and their tagged words), then the done signal.
+template <int D, bool kTagged>
+__device__ __forceinline__ void combine_splits(const LayerArgs& L, int kvh, int g, int S, uint32_t tag,
+                                               uint32_t* attn_t, uint32_t* ctrs, int ctr_done) {
+  // kCombineBatch splits per round trip: a batch's loads are all issued before any is used (one L2 round trip per
+  // batch instead of one per split: measured 7.4 us for the sixteen splits of ctx 32 when loaded one split at a
+  // time, docs/tuning.md). Within a batch: M_b = max m_j, then sums in split order; batches merge with the
+  // usual rescaling (S <= kCombineBatch: exactly reference.combine_splits' formula).
+  constexpr int kB = MonoConfig::kCombineBatch;
+  if constexpr (!diag::kNoAttn) {
+    for (int idx = threadIdx.x; idx < g * D; idx += MonoConfig::kConsumerThreads) {
+      const int i = idx / D, d = idx - (idx / D) * D;
+      const int head = kvh * g + i;
+      const float* ml = L.attn_ml + static_cast<size_t>(head) * S * 2;
+      const float* ac = L.attn_acc + static_cast<size_t>(head) * S * D + d;
+      float M = -INFINITY, num = 0.f, den = 0.f;
+      for (int j0 = 0; j0 < S; j0 += kB) {
+        float mj[kB], lj[kB], aj[kB];
+#pragma unroll
+        for (int u = 0; u < kB; ++u) {
+          const bool in = j0 + u < S;
+          mj[u] = in ? ld_cg_f32(ml + 2 * (j0 + u)) : -INFINITY;
+          lj[u] = in ? ld_cg_f32(ml + 2 * (j0 + u) + 1) : 0.f;
+          aj[u] = in ? ld_cg_f32(ac + static_cast<size_t>(j0 + u) * D) : 0.f;
+        }
+        float mb = -INFINITY;
+#pragma unroll
+        for (int u = 0; u < kB; ++u) mb = fmaxf(mb, mj[u]);
+        if (mb == -INFINITY) continue;
+        if (mb > M) {
+          const float c = exp2_or_zero(M, mb);
+          num *= c;
+          den *= c;
+          M = mb;
+        }
+#pragma unroll
+        for (int u = 0; u < kB; ++u) {
+          const float c = exp2_or_zero(mj[u], M);
+          den = fmaf(c, lj[u], den);
+          num = fmaf(c, aj[u], num);
+        }
+      }
+      const float o = num / den;
+      reinterpret_cast<uint16_t*>(L.attn_out)[head * D + d] = f2bf_bits(o);
+      if constexpr (kTagged) st_relaxed_u32(attn_t + head * D + d, tagged_word(tag, o));
+    }
+  }
+  signal_done(ctrs, ctr_done, kTagged);
 }
 
 // HP: query heads per pass (<= kHeadsPerPass; the kernel's pass width, plan.heads_per_pass: 2 when a KV head has at
@@ -355,51 +432,8 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
     bcast[0] = (old + 1u == (epoch + 1u) * static_cast<uint32_t>(S)) ? 1 : 0;
   }
   consumer_sync();
-  if (bcast[0] == 0) return;
-  // kCombineBatch splits per round trip: a batch's loads are all issued before any is used (one L2 round trip per
-  // batch instead of one per split: measured 7.4 us for the sixteen splits of ctx 32 when loaded one split at a
-  // time, docs/tuning.md). Within a batch: M_b = max m_j, then sums in split order; batches merge with the
-  // usual rescaling (S <= kCombineBatch: exactly reference.combine_splits' formula).
-  constexpr int kB = MonoConfig::kCombineBatch;
-  if constexpr (!diag::kNoAttn) {
-    for (int idx = tid; idx < g * D; idx += MonoConfig::kConsumerThreads) {
-      const int i = idx / D, d = idx - (idx / D) * D;
-      const int head = kvh * g + i;
-      const float* ml = L.attn_ml + static_cast<size_t>(head) * S * 2;
-      const float* ac = L.attn_acc + static_cast<size_t>(head) * S * D + d;
-      float M = -INFINITY, num = 0.f, den = 0.f;
-      for (int j0 = 0; j0 < S; j0 += kB) {
-        float mj[kB], lj[kB], aj[kB];
-#pragma unroll
-        for (int u = 0; u < kB; ++u) {
-          const bool in = j0 + u < S;
-          mj[u] = in ? ld_cg_f32(ml + 2 * (j0 + u)) : -INFINITY;
-          lj[u] = in ? ld_cg_f32(ml + 2 * (j0 + u) + 1) : 0.f;
-          aj[u] = in ? ld_cg_f32(ac + static_cast<size_t>(j0 + u) * D) : 0.f;
-        }
-        float mb = -INFINITY;
-#pragma unroll
-        for (int u = 0; u < kB; ++u) mb = fmaxf(mb, mj[u]);
-        if (mb == -INFINITY) continue;
-        if (mb > M) {
-          const float c = exp2_or_zero(M, mb);
-          num *= c;
-          den *= c;
-          M = mb;
-        }
-#pragma unroll
-        for (int u = 0; u < kB; ++u) {
-          const float c = exp2_or_zero(mj[u], M);
-          den = fmaf(c, lj[u], den);
-          num = fmaf(c, aj[u], num);
-        }
-      }
-      const float o = num / den;
-      reinterpret_cast<uint16_t*>(L.attn_out)[head * D + d] = f2bf_bits(o);
-      if constexpr (kTagged) st_relaxed_u32(attn_t + head * D + d, tagged_word(tag, o));
-    }
-  }
-  signal_done(ctrs, ctr_done, kTagged);
+  if (bcast[0] != 0) combine_splits<D, kTagged>(L, kvh, g, S, tag, attn_t, ctrs, ctr_done);
+  prefetch_next_layer_pages(m, src, task, l, pos);  // (after the combine: off its critical path)
 }
 
 }  // namespace kog

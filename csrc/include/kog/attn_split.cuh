@@ -29,16 +29,21 @@ struct KvSource {
   int bt_first, bt_len, bs;
   int64_t s_blk, s_pos, head_off;  // block and position strides; kvh * head stride
 
-  // Element offset of position p's row (D elements) of this KV head in k / v, or -1 where the block table has no
-  // block for it.
-  __device__ __forceinline__ int64_t row(int p) const {
-    const int bi = p / bs;
+  // The cache block of the sequence's bi-th block-table entry (bi inside the split where the entries are cached), or
+  // -1 where the block table has none.
+  __device__ __forceinline__ int block(int bi) const {
     int blk = -1;
     if (bt_s != nullptr) {
       blk = bt_s[bi - bt_first];
     } else if (bi < bt_len) {
       blk = __ldg(block_table + bi);
     }
+    return blk;
+  }
+  // Element offset of position p's row (D elements) of this KV head in k / v, or -1 where the block table has no
+  // block for it.
+  __device__ __forceinline__ int64_t row(int p) const {
+    const int blk = block(p / bs);
     return blk < 0 ? -1 : blk * s_blk + (p % bs) * s_pos + head_off;
   }
 };

@@ -97,6 +97,9 @@ struct MonoConfig {
   // Default of ModelArgs::attn_mode, how splits longer than kAttnShortLen run (the kAttnMode* values below): on the
   // tensor cores (docs/tuning.md).
   static constexpr int kAttnMode = 1;
+  // Default of ModelArgs::kv_prefetch_bytes: 0, no prefetch of the next layer's K / V, until it is measured
+  // (docs/tuning.md).
+  static constexpr int kKvPrefetchBytes = 0;
   // Attention splits whose partials the combining block loads in one round trip (S = 16 for 8 KV heads on 132 SMs)
   // (docs/tuning.md).
   static constexpr int kCombineBatch = 16;

@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(MonoConfig::kThreads, 1) monokernel_kernel(con
   }
   if (threadIdx.x == 0) {
     hdr.hot = HotArgs{m.cos_sin, m.final_norm, m.lm_head, m.layers, m.argmax_slots,
-                      m.kv_stride_block, m.kv_stride_pos, m.kv_stride_head,
+                      m.kv_stride_block, m.kv_stride_pos, m.kv_stride_head, m.kv_prefetch_bytes,
                       static_cast<float>(m.rms_eps), static_cast<float>(m.attn_scale_log2),
                       static_cast<int>(m.num_layers), static_cast<int>(m.num_heads),
                       static_cast<int>(m.num_kv_heads), static_cast<int>(m.num_splits), static_cast<int>(m.block_size),
