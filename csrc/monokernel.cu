@@ -416,7 +416,7 @@ std::vector<int64_t> monokernel_layout() {
   KOG_OFF(ModelArgs, tp_parts); KOG_OFF(ModelArgs, tp_keys); KOG_OFF(ModelArgs, tp_delta);
   KOG_OFF(ModelArgs, sample_work); KOG_OFF(ModelArgs, status_out); KOG_OFF(ModelArgs, inject_fault);
   KOG_OFF(ModelArgs, slot_bytes); KOG_OFF(ModelArgs, fp8_scaling); KOG_OFF(ModelArgs, fp8_scales); KOG_OFF(ModelArgs, attn_mode);
-  KOG_OFF(ModelArgs, kv_prefetch_bytes);
+  KOG_OFF(ModelArgs, kv_prefetch_bytes); KOG_OFF(ModelArgs, attn_prefetch);
   KOG_OFF(LayerArgs, input_norm); KOG_OFF(LayerArgs, qkv); KOG_OFF(LayerArgs, q_norm); KOG_OFF(LayerArgs, k_norm);
   KOG_OFF(LayerArgs, o_proj); KOG_OFF(LayerArgs, post_norm); KOG_OFF(LayerArgs, gate_up); KOG_OFF(LayerArgs, down);
   KOG_OFF(LayerArgs, k_cache); KOG_OFF(LayerArgs, v_cache); KOG_OFF(LayerArgs, qkv_out); KOG_OFF(LayerArgs, q_out);
@@ -444,7 +444,7 @@ std::vector<int64_t> monokernel_config() {
           burst::BurstSamplingConfig::kGridBytes, burst::smem_bytes(0), kCtrSampleArrive,
           C::kSlotAlign,
           fp8_span_bytes(2048), fp8_span_bytes(14336), kFp8PerTensor, kFp8PerRow, kFp8Block128,
-          C::kAttnMode, kAttnModeRounds, kAttnModeMma, kAttnModeMmaWide, C::kKvPrefetchBytes};
+          C::kAttnMode, kAttnModeRounds, kAttnModeMma, kAttnModeMmaWide, C::kKvPrefetchBytes, C::kAttnPrefetch};
 }
 
 }  // namespace kog

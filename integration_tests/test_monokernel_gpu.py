@@ -366,7 +366,13 @@ def test_loader_variants_change_timing_only(variant, model):
     if overrides.get("tagged_handoffs", 0) & 1 and not _config("kTaggedBuild"):
         pytest.skip("the tagged gate/up hand-off exists only in a build with KOG_NVCC_FLAGS=-DKOG_TAGGED_HANDOFFS=1")
     arch, d, gqa, start = _VARIANT_MODELS[model]
-    w, caches, mk = _model(arch, d, gqa, True)
+    _variant_matches_default(arch, d, gqa, start, overrides)
+
+
+def _variant_matches_default(arch, d, gqa, start, overrides, layout="NHD"):
+    """A K=4 launch with a variant table of `overrides` gives the default table's tokens, logits and caches bit for
+    bit, and no wait times out."""
+    w, caches, mk = _model(arch, d, gqa, True, layout)
     pos, slot, bt = _prepare(w, caches, start, 13)
     init = [c.clone() for c in caches]
     ids, p, sl = torch.tensor([77], device=DEV), torch.tensor([pos], device=DEV), torch.tensor([slot], device=DEV)
@@ -384,6 +390,17 @@ def test_loader_variants_change_timing_only(variant, model):
     assert n0 == n1 == 4 and t0 == t1, (t0, t1)
     assert torch.equal(l0, l1), "logits differ"
     assert all(torch.equal(a, b) for a, b in zip(c0, c1)), "caches differ"
+
+
+@pytest.mark.parametrize("ahead", [1, 2, 8])
+@pytest.mark.parametrize("head_dim,gqa,layout,ctx", [(128, 4, "NHD", 3001), (64, 8, "NHD", 4093), (128, 8, "HND", 2500),
+                                                     (128, 2, "NHD", 700)])
+def test_attention_prefetch_changes_timing_only(ahead, head_dim, gqa, layout, ctx):
+    """The tensor-core pass's L2 prefetch (ModelArgs::attn_prefetch iterations ahead; the last iterations' targets lie
+    past the split's end and are skipped) moves no result: both head dims and cache layouts, splits of one to several
+    iterations per warp."""
+    assert _config("kAttnMode") != _config("kAttnModeRounds"), "the default attention mode has no tensor-core pass"
+    _variant_matches_default("llama", head_dim, gqa, ctx, {"attn_prefetch": ahead}, layout)
 
 
 @pytest.mark.parametrize("gqa,ctx", [(2, 40), (2, 300), (4, 100), (8, 40)])

@@ -183,6 +183,7 @@ class Monokernel:
             "fp8_scales": self.fp8_scale_table.data_ptr() if self.fp8_scale_table is not None else 0,
             "attn_mode": layout.CONFIG["kAttnMode"],
             "kv_prefetch_bytes": layout.CONFIG["kKvPrefetchBytes"],
+            "attn_prefetch": layout.CONFIG["kAttnPrefetch"],
         }  # fmt: skip
         self._model_values = model
         self.model_table = _to_device(layout.pack_model(model), device)

@@ -71,6 +71,7 @@ MODEL_FIELDS: tuple[tuple[str, str, int], ...] = (
     ("fp8_scales", "p", 1),
     ("attn_mode", "i", 1),
     ("kv_prefetch_bytes", "i", 1),
+    ("attn_prefetch", "i", 1),
 )
 
 LAYER_FIELDS: tuple[str, ...] = (
@@ -153,6 +154,7 @@ CONFIG: dict[str, int] = {
     "kAttnModeMma": 1,
     "kAttnModeMmaWide": 2,
     "kKvPrefetchBytes": 0,
+    "kAttnPrefetch": 0,
 }
 CONFIG_NAMES = tuple(CONFIG)
 

@@ -137,6 +137,9 @@ struct ModelArgs {
   // prefetch_next_layer_pages; MonoConfig::kKvPrefetchBytes): 0 none; else each split's first pages, as many as keep
   // a layer's prefetch under this many bytes.
   int64_t kv_prefetch_bytes;
+  // Tensor-core attention pass: how many of a warp's iterations ahead it sends its K / V rows to L2
+  // (prefetch.global.L2; 0: none). MonoConfig::kAttnPrefetch.
+  int64_t attn_prefetch;
 };
 
 // ModelArgs fields the consumers read right after a hand-off's wait (and the loader at each stage change), copied

@@ -95,6 +95,25 @@ __device__ __forceinline__ void load_mma_tile(const KvSource& src, int end, int 
   }
 }
 
+// Sends to L2 the K and V rows of the 16 kTiles positions a warp's iteration starting at tile0 loads (positions past
+// end or unmapped skipped): each row is D / 64 lines of 128 B in K and as many in V, so the iteration's rows are 64
+// lines whatever D (16 positions x 4 for D 128, 32 x 2 for D 64), two per lane. No register holds them: the lines
+// wait in L2 (50 MB; a warp keeps at most attn_prefetch x 8 KiB there ahead of its loads) for load_mma_tile.
+template <int D>
+__device__ __forceinline__ void prefetch_mma_rows(const KvSource& src, int end, int tile0, int lane) {
+  constexpr int kHalf = D / 64;      // 128-byte lines of one K (or V) row
+  constexpr int kLines = 2 * kHalf;  // lines of one position's K and V rows
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int li = 2 * lane + j;
+    const int p = tile0 + li / kLines, w = li % kLines;
+    const int64_t off = p < end ? src.row(p) : -1;
+    if (off < 0) continue;
+    const bf16* base = w < kHalf ? src.k : src.v;
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(base + off + 64 * (w % kHalf)));
+  }
+}
+
 // A warp's state after its pass, for head columns 2t and 2t + 1 of lane (g, t): O^T's C registers per m-tile
 // ([dim (D / 8) g + 2m][2t, 2t + 1], [dim + 1][2t, 2t + 1]), the running max and the warp's sum of P.
 template <int D>
@@ -130,7 +149,14 @@ __device__ __forceinline__ MmaState<D> attend_positions_mma(const KvSource& src,
   st.mrow[0] = st.mrow[1] = -INFINITY;
   st.lrow[0] = st.lrow[1] = 0.f;
 
-  for (int base = task.start + warp * 16 * kTiles; base < task.end; base += W * 16 * kTiles) {
+  // L2 prefetch attn_prefetch iterations ahead (ModelArgs::attn_prefetch): the first iteration sends its next
+  // attn_prefetch - 1, then each sends the one attn_prefetch ahead of it.
+  constexpr int kStride = W * 16 * kTiles;  // positions between a warp's iterations
+  const int ahead = task.prefetch;
+  const int first = task.start + warp * 16 * kTiles;
+  for (int a = 1; a < ahead; ++a) prefetch_mma_rows<D>(src, task.end, first + a * kStride, lane);
+  for (int base = first; base < task.end; base += kStride) {
+    if (ahead > 0) prefetch_mma_rows<D>(src, task.end, base + ahead * kStride, lane);
     MmaTile<D> tl[kTiles];
 #pragma unroll
     for (int u = 0; u < kTiles; ++u) load_mma_tile<D>(src, task.end, base + 16 * u, g, t, tl[u]);

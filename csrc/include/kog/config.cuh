@@ -100,6 +100,9 @@ struct MonoConfig {
   // Default of ModelArgs::kv_prefetch_bytes: 0, no prefetch of the next layer's K / V, until it is measured
   // (docs/tuning.md).
   static constexpr int kKvPrefetchBytes = 0;
+  // Default of ModelArgs::attn_prefetch: iterations of a warp's tensor-core attention pass whose K / V rows it sends
+  // to L2 ahead of its loads, beside the 16 B vectors a lane holds in registers (0: none; docs/tuning.md).
+  static constexpr int kAttnPrefetch = 0;
   // Attention splits whose partials the combining block loads in one round trip (S = 16 for 8 KV heads on 132 SMs)
   // (docs/tuning.md).
   static constexpr int kCombineBatch = 16;
@@ -154,6 +157,7 @@ constexpr int kAttnModeMmaWide = 2;
 static_assert(MonoConfig::kAttnMode >= kAttnModeRounds && MonoConfig::kAttnMode <= kAttnModeMmaWide,
               "an attn_mode value");
 
+static_assert(MonoConfig::kAttnPrefetch >= 0 && MonoConfig::kAttnPrefetch <= 8, "attn_prefetch: iterations ahead");
 static_assert(MonoConfig::kHeadsPerPass == 4 && MonoConfig::kAttnUnroll >= 1, "attention register budget");
 
 }  // namespace kog
