@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs the built extensions for a device call. A call carries 64 MiB at most (tracked files included) and vLLM's
 # bundle in .device/ takes ~54 of them, so kog_backend/_C.abi3.so (~14 MB) and _C_test.abi3.so (~4 MB) travel as one
-# xz archive of copies without host debug sections (~6 MB; the device code and its line info stay):
+# xz archive of copies without host debug sections (~5 MB; the device code and its line info stay):
 # .device/kog-ext.tar.xz. On the device, `tar xJf .device/kog-ext.tar.xz` puts them back in kog_backend/.
 # Prints what carry [".device"] then weighs against the limit.
 set -euo pipefail
