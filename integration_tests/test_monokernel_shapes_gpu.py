@@ -60,11 +60,26 @@ def _model(name):
 @pytest.mark.parametrize("ctx", [1, 17, 1000, 4096])
 @pytest.mark.parametrize("name", list(SHAPES))
 def test_step_matches_reference(name, ctx):
-    w, caches, mk = _model(name)
+    w, _, mk = _model(name)
     assert mk.plan.slot_bytes == SHAPES[name], mk.plan
     assert mk.plan.smem_bytes <= layout.CONFIG["kMaxSmemBytes"]
     assert all(lw.qkv_bias is not None for lw in w.layers) == (w.shape.arch == "qwen2")
-    ov = {"attn_single_ctx": 0} if ctx % 2 else {}  # odd contexts: the split schedule, partials checked
+    _step_case(name, ctx, {"attn_single_ctx": 0} if ctx % 2 else {})  # odd contexts: the split schedule, partials
+
+
+@pytest.mark.parametrize("ctx", [1001, 4096])
+@pytest.mark.parametrize("name,gqa", [("qwen3-14b", 5), ("qwen2.5-coder-1.5b", 6), ("qwen2.5-coder-7b", 7)])
+def test_wide_attention_pass_on_gqa_5_to_7(name, gqa, ctx):
+    """attn_mode kAttnModeMmaWide on the GQA ratios between its single-pass case (<= 4, as kAttnModeMma) and its
+    full 8 columns: one pass of 5-7 query heads, the warps' states handed over 4 then 1-3 heads."""
+    w, _, mk = _model(name)
+    assert w.shape.num_heads // w.shape.num_kv_heads == gqa
+    ov = {"attn_mode": layout.CONFIG["kAttnModeMmaWide"]}
+    _step_case(name, ctx, {**ov, "attn_single_ctx": 0} if ctx % 2 else ov)
+
+
+def _step_case(name, ctx, ov):
+    w, caches, mk = _model(name)
     table = mk.variant_table(**ov) if ov else None
     splits = mk.attention_splits(ctx, **ov)
     seed = ctx * 7 + sum(map(ord, name))
@@ -78,7 +93,8 @@ def test_step_matches_reference(name, ctx):
     torch.cuda.synchronize()
     got_token = int(tok.item())
     errors: list[str] = []
-    _check_step(w, caches, mk, token, pos, slot, bt, logits_out, errors, pre, got_token, splits)
+    _check_step(w, caches, mk, token, pos, slot, bt, logits_out, errors, pre, got_token, splits,
+                attn_mode=ov.get("attn_mode"))
     ref = reference.reference_step(w, pre, token, pos, slot, bt, splits)
     logits = (logits_out if logits_out is not None else mk.logits_scratch).float()
     rel = ((logits - ref["logits"].float()).norm() / ref["logits"].float().norm()).item()
