@@ -20,6 +20,7 @@
 #include "kog/burst_sampling.cuh"
 #include "kog/config.cuh"
 #include "kog/fp8.cuh"
+#include "kog/fp8_act.cuh"
 #include "kog/monokernel.cuh"
 #include "kog/sync.cuh"
 #include "kog/trace.cuh"
@@ -443,7 +444,7 @@ std::vector<int64_t> monokernel_config() {
           burst::BurstSamplingConfig::kGridBytes, burst::smem_bytes(0), kCtrSampleArrive,
           C::kSlotAlign,
           fp8_span_bytes(2048), fp8_span_bytes(14336), kFp8PerTensor, kFp8PerRow, kFp8Block128,
-          C::kAttnMode, kAttnModeRounds, kAttnModeMma, kAttnModeMmaWide};
+          C::kAttnMode, kAttnModeRounds, kAttnModeMma, kAttnModeMmaWide, kFp8ActMaxK};
 }
 
 }  // namespace kog

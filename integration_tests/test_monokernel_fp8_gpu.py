@@ -8,6 +8,11 @@ in the order of fp32 sums: the bounds are test_monokernel_gpu's (bf16 outputs |e
 and 5e-3 relative norm per stage, teacher-forced from the kernel's own inputs; logits 2e-2 end to end). Every
 buffer the kernel writes is NaN-poisoned first.
 
+With FP8 inputs (DecoderWeights.fp8_act, ModelArgs::fp8_act: each projection's input quantised to e4m3 as stock
+does, the GEMV on the tensor cores, csrc/include/kog/fp8_act.cuh) the reference quantises the same inputs
+(fp8_linear.quantise_input) and dequantises both operands; the tensor cores sum each 64 products in their own
+precision before the fp32 sum, and the bounds stay the same.
+
 Cases: every layout x (Llama, head dim 64, GQA 4, tied) and (Qwen3, head dim 128, GQA 2, untied) at contexts 1, 17
 and 1000; two layers of real shapes with long rows (Llama-3.1-8B: down rows of 14,336 bytes, 112 block scales a
 row; Qwen3-4B: hidden 2560, a K that is no multiple of 512) per layout; a K = 5 launch against five K = 1 launches
@@ -37,21 +42,26 @@ DEV = torch.device("cuda", 0)
 _MODELS: dict = {}
 
 
-def _model(key, shape, layout, seed):
+ACT = [pytest.param(False, id="bf16-in"), pytest.param(True, id="e4m3-in")]
+
+
+def _model(key, shape, layout, seed, act=False):
+    key = (*key, act)
     if key not in _MODELS:
         _MODELS.clear()
         torch.cuda.empty_cache()
         w = synthetic.random_decoder(shape, DEV, seed=seed, fp8=layout)
+        w.fp8_act = act
         caches = synthetic.paged_kv_caches(shape, NUM_BLOCKS, BS, DEV, "NHD")
         mk = Monokernel(w, caches, DEV, max_model_len=MAX_CTX + 16)
         _MODELS[key] = (w, caches, mk)
     return _MODELS[key]
 
 
-def _small(arch, head_dim, gqa, tied, layout):
+def _small(arch, head_dim, gqa, tied, layout, act=False):
     heads = 2048 // head_dim
     s = synthetic.make_shape(arch, 2, 1536, heads, heads // gqa, head_dim, 3072, 32003, tied, MAX_CTX + 64)
-    return _model(("small", arch, head_dim, gqa, layout), s, layout, seed=head_dim + gqa)
+    return _model(("small", arch, head_dim, gqa, layout), s, layout, seed=head_dim + gqa, act=act)
 
 
 def _one_step(w, caches, mk, ctx, seed, token, errors, check_end_to_end=True):
@@ -76,9 +86,11 @@ def _one_step(w, caches, mk, ctx, seed, token, errors, check_end_to_end=True):
 @pytest.mark.parametrize("ctx", [1, 17, 1000])
 @pytest.mark.parametrize("arch,head_dim,gqa,tied", [("llama", 64, 4, True), ("qwen3", 128, 2, False)])
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_fp8_step_matches_reference(layout, arch, head_dim, gqa, tied, ctx):
-    w, caches, mk = _small(arch, head_dim, gqa, tied, layout)
+@pytest.mark.parametrize("act", ACT)
+def test_fp8_step_matches_reference(act, layout, arch, head_dim, gqa, tied, ctx):
+    w, caches, mk = _small(arch, head_dim, gqa, tied, layout, act)
     assert w.fp8 == layout and w.layers[0].qkv.dtype == torch.float8_e4m3fn
+    assert mk.table_value("fp8_act") == int(act)
     errors: list[str] = []
     _one_step(w, caches, mk, ctx, seed=ctx * 7 + head_dim, token=(ctx * 7919) % w.shape.vocab_size, errors=errors)
     assert not errors, "\n".join(errors)
@@ -93,20 +105,22 @@ REAL = {
 
 @pytest.mark.parametrize("name", list(REAL))
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_fp8_real_shape_layers(layout, name):
+@pytest.mark.parametrize("act", ACT)
+def test_fp8_real_shape_layers(act, layout, name):
     arch, H, nh, nkv, D, I, V, tied = REAL[name]
     s = synthetic.make_shape(arch, 2, H, nh, nkv, D, I, V, tied, MAX_CTX + 64)
-    w, caches, mk = _model(("real", name, layout), s, layout, seed=7)
+    w, caches, mk = _model(("real", name, layout), s, layout, seed=7, act=act)
     errors: list[str] = []
     _one_step(w, caches, mk, 300, seed=3, token=4242, errors=errors, check_end_to_end=False)
     assert not errors, "\n".join(errors)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_fp8_multi_token_equals_single_steps(layout):
+@pytest.mark.parametrize("act", ACT)
+def test_fp8_multi_token_equals_single_steps(act, layout):
     """Five K = 1 launches, then one K = 5 launch from the same caches: the same tokens and caches bit for bit (the
     loader's scale spans move with the ring across layers, stages and tokens)."""
-    w, caches, mk = _small("llama", 64, 4, True, layout)
+    w, caches, mk = _small("llama", 64, 4, True, layout, act)
     pos, _, bt = _prepare(w, caches, 41, 11)
     errors: list[str] = []
     burst_equals_steps(mk, caches, bt, pos, 123, 5, errors, BS)

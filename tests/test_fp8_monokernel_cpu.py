@@ -320,3 +320,69 @@ def test_fp8_models_need_the_fp8_weights_option(monkeypatch):
     got = step_select.select_step(None, KogConfig(fp8_weights=True), w, caches, CPU, 64, w.shape.vocab_size, 1, None,
                                   None)  # fmt: skip
     assert isinstance(got, str) and "fp8_weights" not in got
+
+
+# ---- FP8 inputs (DecoderWeights.fp8_act, csrc/include/kog/fp8_act.cuh) --------------------------------------------
+
+
+@pytest.mark.parametrize("fp8", LAYOUTS)
+def test_fp8_act_projects_the_quantised_input(fp8):
+    """With fp8_act the references quantise each projection's input as stock does (fp8_linear.quantise_input) and
+    multiply the dequantised operands; without it they keep the bf16 input."""
+    seed = _seed()
+    w = synthetic.random_decoder(_tiny("qwen2"), CPU, seed=seed, fp8=fp8)
+    x = torch.randn(w.shape.hidden_size, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+    lw = w.layers[0]
+    q, s = fp8_linear.quantise_input(x, fp8)
+    xq = fp8_linear.dequantise_input(q, s, fp8)
+    want = (xq @ fp8_linear.dequantise(lw.gate_up, lw.gate_up_scale, fp8).t()).to(torch.bfloat16)
+    got = torch_step.project(x, lw, "gate_up", fp8, act=True)
+    assert torch.equal(got, want), seed
+    assert not torch.equal(got, torch_step.project(x, lw, "gate_up", fp8)), "the input was not quantised"
+
+
+@pytest.mark.parametrize("fp8", LAYOUTS)
+def test_fp8_act_reference_step_follows_the_flag(fp8):
+    """reference_step with fp8_act: close to the bf16-input step (e4m3 inputs move logits by a few percent), not
+    equal to it, and its teacher forcing reproduces its own buffers."""
+    seed = _seed()
+    w = synthetic.random_decoder(_tiny("llama", L=2), CPU, seed=seed, fp8=fp8)
+    wq = dataclasses.replace(w, fp8_act=True)
+    s, bs = w.shape, 4
+    block_table = torch.arange(8, dtype=torch.int32)
+    out = {}
+    for name, ww in (("bf16-in", w), ("e4m3-in", wq)):
+        caches = _caches(s, 8, bs, torch.bfloat16)
+        for pos in range(5):
+            r = reference.reference_step(ww, caches, 7 + pos, pos, pos, block_table, 2)
+        out[name] = r
+    a, b = out["bf16-in"]["logits"].float(), out["e4m3-in"]["logits"].float()
+    rel = ((a - b).norm() / a.norm()).item()
+    assert 1e-3 < rel < 0.2, rel
+    r = out["e4m3-in"]
+    e = reference.expected_from_kernel(wq, caches, r["layers"], r["logits"], 11, 4, block_table, 2)
+    for g, x in zip(r["layers"], e["layers"]):
+        for name in ("qkv_out", "o_out", "act", "down_out"):
+            assert torch.equal(g[name], x[name]), name
+
+
+def test_monokernel_table_carries_fp8_act(monkeypatch):
+    w = synthetic.random_decoder(_tiny("qwen2"), CPU, seed=_seed(), fp8="block")
+    for act in (False, True):
+        mk, _ = _monokernel(monkeypatch, dataclasses.replace(w, fp8_act=act),
+                            synthetic.paged_kv_caches(w.shape, 8, 16, CPU))
+        assert layout.unpack_model(bytes(mk.model_table.numpy()))["fp8_act"] == int(act)
+    bf = synthetic.random_decoder(_tiny("qwen2"), CPU, seed=_seed())
+    caches = synthetic.paged_kv_caches(bf.shape, 8, 16, CPU)
+    mk, _ = _monokernel(monkeypatch, dataclasses.replace(bf, fp8_act=True), caches)
+    assert layout.unpack_model(bytes(mk.model_table.numpy()))["fp8_act"] == 0  # bf16 weights: no FP8 inputs
+
+
+def test_the_gate_refuses_fp8_inputs_longer_than_the_kernel_quantises(monkeypatch):
+    monkeypatch.setattr(mk_gate, "device_reason", lambda device, sm_count: None)
+    w = dataclasses.replace(synthetic.random_decoder(_tiny(), CPU, seed=_seed(), fp8="block"), fp8_act=True)
+    assert mk_gate.fp8_act_reason(w) is None
+    too_long = layout.CONFIG["kFp8ActMaxK"] + 16
+    long = dataclasses.replace(w, shape=dataclasses.replace(w.shape, intermediate_size=too_long))
+    assert mk_gate.fp8_act_reason(long) == "FP8 inputs (fp8_act) of 32784 elements: the kernel quantises at most 32768"
+    assert mk_gate.fp8_act_reason(dataclasses.replace(long, fp8_act=False)) is None

@@ -181,7 +181,7 @@ class Monokernel:
             "status_out": self.status.data_ptr(), "inject_fault": 0,
             "slot_bytes": plan.slot_bytes, "fp8_scaling": layout.FP8_SCALING[weights.fp8],
             "fp8_scales": self.fp8_scale_table.data_ptr() if self.fp8_scale_table is not None else 0,
-            "attn_mode": layout.CONFIG["kAttnMode"],
+            "attn_mode": layout.CONFIG["kAttnMode"], "fp8_act": int(weights.fp8 is not None and weights.fp8_act),
         }  # fmt: skip
         self._model_values = model
         self.model_table = _to_device(layout.pack_model(model), device)

@@ -70,6 +70,7 @@ MODEL_FIELDS: tuple[tuple[str, str, int], ...] = (
     ("fp8_scaling", "i", 1),
     ("fp8_scales", "p", 1),
     ("attn_mode", "i", 1),
+    ("fp8_act", "i", 1),
 )
 
 LAYER_FIELDS: tuple[str, ...] = (
@@ -151,6 +152,8 @@ CONFIG: dict[str, int] = {
     "kAttnModeRounds": 0,
     "kAttnModeMma": 1,
     "kAttnModeMmaWide": 2,
+    # fp8_act.cuh: the longest stage input the FP8-input variant quantises (ModelArgs::fp8_act)
+    "kFp8ActMaxK": 32768,
 }
 CONFIG_NAMES = tuple(CONFIG)
 

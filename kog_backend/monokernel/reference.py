@@ -85,7 +85,7 @@ def _attention(w: DecoderWeights, lw, x: torch.Tensor, kv_cache: torch.Tensor, p
                block_table: torch.Tensor, num_splits: int):
     """QKV projection, qk-norm + RoPE, K/V append at `slot`, split attention over the context (kernel's schedule).
     Returns (qkv_out, q after norm/RoPE, split_attention's (out, m, l, acc))."""
-    qkv = torch_step.project(x, lw, "qkv", w.fp8, lw.qkv_bias)
+    qkv = torch_step.project(x, lw, "qkv", w.fp8, lw.qkv_bias, act=w.fp8_act)
     q, k, v = _qkv_split(w, qkv)
     q = norm_rope(w, q, lw.q_norm, pos)
     k = norm_rope(w, k, lw.k_norm, pos)
@@ -118,10 +118,10 @@ def reference_step(
         rec["qkv_out"], q, attn = _attention(weights, lw, x, kv_caches[i], pos, slot, block_table, num_splits)
         rec["q_out"] = q.reshape(-1)
         rec["attn_out"], rec["attn_m"], rec["attn_l"], rec["attn_acc"] = attn
-        rec["o_out"] = torch_step.project(rec["attn_out"], lw, "o_proj", weights.fp8)
+        rec["o_out"] = torch_step.project(rec["attn_out"], lw, "o_proj", weights.fp8, act=weights.fp8_act)
         h, rec["rmid"] = torch_step.add_rms_norm(rec["o_out"], rin, lw.post_norm, eps)
-        rec["act"] = torch_step.silu_and_mul(torch_step.project(h, lw, "gate_up", weights.fp8))
-        rec["down_out"] = torch_step.project(rec["act"], lw, "down", weights.fp8)
+        rec["act"] = torch_step.silu_and_mul(torch_step.project(h, lw, "gate_up", weights.fp8, act=weights.fp8_act))
+        rec["down_out"] = torch_step.project(rec["act"], lw, "down", weights.fp8, act=weights.fp8_act)
         rec["rin_next"] = (rec["down_out"].float() + rec["rmid"].float()).to(rin.dtype)
         rin = rec["rin_next"]
         recs.append(rec)
@@ -156,7 +156,7 @@ def expected_from_kernel(
         else:
             x = torch_step.add_rms_norm(got[i - 1]["down_out"], got[i - 1]["rmid"], lw.input_norm, eps)[0]
             rin = got[i - 1]["rin_next"]
-        e["qkv_out"] = torch_step.project(x, lw, "qkv", weights.fp8, lw.qkv_bias)
+        e["qkv_out"] = torch_step.project(x, lw, "qkv", weights.fp8, lw.qkv_bias, act=weights.fp8_act)
         q, k, v = _qkv_split(weights, g["qkv_out"])
         e["q_out"] = norm_rope(weights, q, lw.q_norm, pos).reshape(-1)
         e["k_new"] = norm_rope(weights, k, lw.k_norm, pos)
@@ -166,11 +166,11 @@ def expected_from_kernel(
         qg = g["q_out"].view(s.num_heads, s.head_dim)
         e["attn_out"], e["attn_m"], e["attn_l"], e["attn_acc"] = split_attention(qg, k_ctx, v_ctx, num_splits)
         e["attn_out_from_partials"] = combine_splits(g["attn_m"], g["attn_l"], g["attn_acc"]).to(emb.dtype).reshape(-1)
-        e["o_out"] = torch_step.project(g["attn_out"], lw, "o_proj", weights.fp8)
+        e["o_out"] = torch_step.project(g["attn_out"], lw, "o_proj", weights.fp8, act=weights.fp8_act)
         e["rmid"] = (g["o_out"].float() + rin.float()).to(emb.dtype)
         h = torch_step.add_rms_norm(g["o_out"], rin, lw.post_norm, eps)[0]
-        e["act"] = torch_step.silu_and_mul(torch_step.project(h, lw, "gate_up", weights.fp8))
-        e["down_out"] = torch_step.project(g["act"], lw, "down", weights.fp8)
+        e["act"] = torch_step.silu_and_mul(torch_step.project(h, lw, "gate_up", weights.fp8, act=weights.fp8_act))
+        e["down_out"] = torch_step.project(g["act"], lw, "down", weights.fp8, act=weights.fp8_act)
         e["rin_next"] = (g["down_out"].float() + g["rmid"].float()).to(emb.dtype)
         out.append(e)
     hf = torch_step.add_rms_norm(got[-1]["down_out"], got[-1]["rmid"], weights.final_norm, eps)[0]
@@ -209,11 +209,11 @@ def reference_step_tp(
         o_parts = []
         for r, w in enumerate(shards):
             attn = _attention(w, w.layers[i], x, kv_caches[r][i], pos, slot, block_table, num_splits)[2][0]
-            o_parts.append(torch_step.project(attn, w.layers[i], "o_proj", w.fp8))
+            o_parts.append(torch_step.project(attn, w.layers[i], "o_proj", w.fp8, act=w.fp8_act))
         o = allreduce_bf16(o_parts)
         h, rmid = torch_step.add_rms_norm(o, rin, shards[0].layers[i].post_norm, eps)
         d = allreduce_bf16(
-            [torch_step.mlp_block(w.layers[i], h, None, w.fp8) for w in shards]
+            [torch_step.mlp_block(w.layers[i], h, None, w.fp8, w.fp8_act) for w in shards]
         )  # fmt: skip
     hf = torch_step.add_rms_norm(d, rmid, shards[0].final_norm, eps)[0]
     logits = torch.cat([torch_step.linear(hf, w.lm_head[: lm_rows(w.shape)]) for w in shards])

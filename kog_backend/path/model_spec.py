@@ -117,6 +117,9 @@ class DecoderWeights:
     lm_head: torch.Tensor
     cos_sin: torch.Tensor
     fp8: str | None = None  # None: bf16 projections; else their FP8 layout (quant_format.LAYOUTS)
+    # FP8 only: the projections' inputs quantised to e4m3 as stock quantises them (fp8_linear.quantise_input;
+    # ModelArgs::fp8_act); False keeps them bf16 (weight-only).
+    fp8_act: bool = False
 
     @property
     def projection_bytes(self) -> int:

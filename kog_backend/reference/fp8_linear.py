@@ -8,9 +8,10 @@ scale(n, k), by layout, for W_fp8 of [N, K]:
   channel  s[n, 0]              s: [N, 1]
   block    s[n // 128, k // 128]  s: [ceil(N/128), ceil(K/128)] (the last row/column of blocks may be partial)
 
-Activations stay bf16 (weight-only). For the three formats `kog make-checkpoint --fp8` writes, stock vLLM 0.26 on
-Hopper (sm_90) does not compute this: it quantises the activations to FP8 as well and runs an FP8 x FP8 GEMM (the
-venv's vllm/model_executor/...):
+Activations stay bf16 (weight-only) unless quantise_x: then quantise_input gives them stock's dynamic e4m3
+quantisation (DecoderWeights.fp8_act, the kernel's ModelArgs::fp8_act). For the three formats
+`kog make-checkpoint --fp8` writes, stock vLLM 0.26 on Hopper (sm_90) does not compute the bf16-input form: it
+quantises the activations to FP8 as well and runs an FP8 x FP8 GEMM (the venv's vllm/model_executor/...):
   fp8 per tensor, compressed-tensors tensor / channel:
       CutlassFP8ScaledMMLinearKernel (kernels/linear/__init__.py:325-333; Marlin, the weight-only FP8 kernel, is
       skipped on capability >= 8.9, kernels/linear/scaled_mm/marlin.py:46-55; FlashInfer's needs >= 10.0,
@@ -60,16 +61,54 @@ def dequantise(weight: torch.Tensor, scale: torch.Tensor, layout: str) -> torch.
     raise ValueError(f"unknown layout {layout!r}")
 
 
-def linear_fp32(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, layout: str) -> torch.Tensor:
-    """x [..., K] (bf16) @ dequantise(weight, scale).T in fp32: [..., N] float32, before the output rounding."""
-    return torch.matmul(x.float(), dequantise(weight, scale, layout).t())
+E4M3_MAX = 448.0
+# vLLM's _FP8_MIN_SCALING_FACTOR (input_quant_fp8.py)
+MIN_SCALE = 1.0 / (E4M3_MAX * 512.0)
+
+
+def quantise_input(x: torch.Tensor, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [..., K] (bf16) as stock vLLM 0.26 quantises a linear layer's input on Hopper (QuantFP8, dynamic): the e4m3
+    values [..., K] and the fp32 scales, [..., ceil(K / 128)] for block weights (one per 128-element group:
+    s = max(amax / 448, MIN_SCALE), q = e4m3(x / s)), else [..., 1] (one per token: q = e4m3(x * (1 / s))).
+    Division and reciprocal correctly rounded, e4m3 round-to-nearest-even after the clamp to +-448, as the
+    kernel's quantise_input_e4m3 (csrc/include/kog/fp8_act.cuh) computes them."""
+    xf = x.float()
+    k = xf.shape[-1]
+    if layout == "block":
+        g = BLOCK[1]
+        groups = -(-k // g)
+        padded = torch.nn.functional.pad(xf, (0, groups * g - k)).unflatten(-1, (groups, g))
+        s = (padded.abs().amax(dim=-1) / E4M3_MAX).clamp(min=MIN_SCALE)
+        q = (padded / s.unsqueeze(-1)).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).flatten(-2)[..., :k]
+        return q, s
+    if layout not in ("tensor", "channel"):
+        raise ValueError(f"unknown layout {layout!r}")
+    s = (xf.abs().amax(dim=-1, keepdim=True) / E4M3_MAX).clamp(min=MIN_SCALE)
+    q = (xf * s.reciprocal()).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    return q, s
+
+
+def dequantise_input(q: torch.Tensor, s: torch.Tensor, layout: str) -> torch.Tensor:
+    """float32 [..., K] of quantise_input's result."""
+    if layout == "block":
+        return q.float() * s.repeat_interleave(BLOCK[1], dim=-1)[..., : q.shape[-1]]
+    return q.float() * s
+
+
+def linear_fp32(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, layout: str,
+                quantise_x: bool = False) -> torch.Tensor:
+    """x [..., K] (bf16) @ dequantise(weight, scale).T in fp32: [..., N] float32, before the output rounding.
+    quantise_x: x through quantise_input first (its dequantised fp32 values enter the product)."""
+    xf = dequantise_input(*quantise_input(x, layout), layout) if quantise_x else x.float()
+    return torch.matmul(xf, dequantise(weight, scale, layout).t())
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, layout: str,
-           out_dtype: torch.dtype = torch.bfloat16, bias: torch.Tensor | None = None) -> torch.Tensor:
+           out_dtype: torch.dtype = torch.bfloat16, bias: torch.Tensor | None = None,
+           quantise_x: bool = False) -> torch.Tensor:
     """linear_fp32 (+ bias, bf16 [N], joining the fp32 sum) rounded once to out_dtype (bf16: what the kernel writes,
     as torch_step.linear for bf16 weights)."""
-    y = linear_fp32(x, weight, scale, layout)
+    y = linear_fp32(x, weight, scale, layout, quantise_x)
     if bias is not None:
         y = y + bias.float()
     return y.to(out_dtype)

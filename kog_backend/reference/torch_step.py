@@ -56,14 +56,15 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -
 
 
 def project(x: torch.Tensor, lw: LayerWeights, name: str, fp8: str | None,
-            bias: torch.Tensor | None = None) -> torch.Tensor:
+            bias: torch.Tensor | None = None, act: bool = False) -> torch.Tensor:
     """x [..., in] through layer projection `name` (qkv, o_proj, gate_up, down) (+ bias): `linear` for bf16
     weights; for FP8 weights (fp8: DecoderWeights.fp8, the scales' layout) fp8_linear's dequantised fp32 product,
-    the bias joining the fp32 sum, rounded once to bf16."""
+    the bias joining the fp32 sum, rounded once to bf16; act (DecoderWeights.fp8_act): x quantised to e4m3 first,
+    as stock does (fp8_linear.quantise_input)."""
     w = getattr(lw, name)
     if fp8 is None:
         return linear(x, w, bias)
-    return fp8_linear.linear(x, w, getattr(lw, SCALE_FIELDS[name]), fp8, bias=bias)
+    return fp8_linear.linear(x, w, getattr(lw, SCALE_FIELDS[name]), fp8, bias=bias, quantise_x=act)
 
 
 def rope(x: torch.Tensor, cos_sin: torch.Tensor, position: Index) -> torch.Tensor:
@@ -82,7 +83,7 @@ def qkv_rope(
     """Fused QKV projection (+ Qwen2's bias), Qwen3 qk-norm, RoPE. Returns q [nh, D], k [nkv, D], v [nkv, D]
     (bf16)."""
     s = weights.shape
-    qkv = project(x, lw, "qkv", weights.fp8, lw.qkv_bias)
+    qkv = project(x, lw, "qkv", weights.fp8, lw.qkv_bias, act=weights.fp8_act)
     q = qkv[: s.q_size].view(s.num_heads, s.head_dim)
     k = qkv[s.q_size : s.q_size + s.kv_size].view(s.num_kv_heads, s.head_dim)
     v = qkv[s.q_size + s.kv_size :].view(s.num_kv_heads, s.head_dim)
@@ -143,14 +144,14 @@ def attention_block(
     q, k, v = qkv_rope(lw, x, weights, position)
     append_kv(cache, k, v, slot)
     k_ctx, v_ctx = gather_context(cache, block_table, max_seq_len)
-    out = project(decode_attention(q, k_ctx, v_ctx, position), lw, "o_proj", weights.fp8)
+    out = project(decode_attention(q, k_ctx, v_ctx, position), lw, "o_proj", weights.fp8, act=weights.fp8_act)
     return all_reduce(out) if all_reduce is not None else out
 
 
 def mlp_block(lw: LayerWeights, x: torch.Tensor, all_reduce: AllReduce | None,
-              fp8: str | None = None) -> torch.Tensor:
-    """Gate/up, SiLU-and-mul, down; fp8: DecoderWeights.fp8 (None: bf16 weights)."""
-    out = project(silu_and_mul(project(x, lw, "gate_up", fp8)), lw, "down", fp8)
+              fp8: str | None = None, act: bool = False) -> torch.Tensor:
+    """Gate/up, SiLU-and-mul, down; fp8: DecoderWeights.fp8 (None: bf16 weights), act: DecoderWeights.fp8_act."""
+    out = project(silu_and_mul(project(x, lw, "gate_up", fp8, act=act)), lw, "down", fp8, act=act)
     return all_reduce(out) if all_reduce is not None else out
 
 
@@ -176,7 +177,7 @@ def decode_hidden(
     `mlp(layer_weights, x)`: the block after the post-attention norm, mlp_block by default (moe_step passes its
     MoE block)."""
     if mlp is None:
-        mlp = lambda lw, x: mlp_block(lw, x, all_reduce, weights.fp8)  # noqa: E731
+        mlp = lambda lw, x: mlp_block(lw, x, all_reduce, weights.fp8, weights.fp8_act)  # noqa: E731
     s = weights.shape
     residual = embedded
     x = rms_norm(residual, weights.layers[0].input_norm, s.rms_eps)

@@ -133,6 +133,9 @@ struct ModelArgs {
   // How attention splits longer than kAttnShortLen run: kAttnModeRounds, kAttnModeMma or kAttnModeMmaWide
   // (config.cuh; MonoConfig::kAttnMode).
   int64_t attn_mode;
+  // FP8 kernel only: 1 quantises each projection's input to e4m3 as stock does and multiplies on the tensor cores
+  // (fp8_act.cuh); 0 (the default) keeps the input bf16 (fp8.cuh's CUDA-core GEMV).
+  int64_t fp8_act;
 };
 
 // ModelArgs fields the consumers read right after a hand-off's wait (and the loader at each stage change), copied

@@ -7,6 +7,7 @@
 #include "kog/args.cuh"
 #include "kog/config.cuh"
 #include "kog/fp8.cuh"
+#include "kog/fp8_act.cuh"
 #include "kog/gemv.cuh"
 #include "kog/numerics.cuh"
 #include "kog/smem_header.cuh"
@@ -35,9 +36,10 @@ struct Ring {
 // of the batch at once. The two EpiBatch buffers alternate: a warp writes batch i + 2's partials into batch i's
 // buffer only after the barrier of batch i + 1, which every thread reaches after its reads of batch i.
 // kFp8W: the stage's chunks are FP8 rows with their scales (fp8_scale: the stage's scale tensor, laid out by
-// fp8_mode; fp8.cuh); else bf16 rows.
+// fp8_mode's scaling; fp8.cuh); else bf16 rows. With fp8_mode's kFp8ActE4m3 (ModelArgs::fp8_act) the input is first
+// quantised to e4m3 in place and the GEMV runs on the tensor cores (fp8_act.cuh).
 template <bool kPair, bool kFp8W = false, class Epi>
-__device__ __forceinline__ void consume_stage(const ModelArgs& m, SmemHeader& hdr, Ring& ring, const bf16* x_s,
+__device__ __forceinline__ void consume_stage(const ModelArgs& m, SmemHeader& hdr, Ring& ring, bf16* x_s,
                                               int st, int c0, Epi&& epi, const Tracer& tr, int t, int l,
                                               int landed_ev, int fp8_mode = kFp8None,
                                               const float* fp8_scale = nullptr) {
@@ -50,6 +52,9 @@ __device__ __forceinline__ void consume_stage(const ModelArgs& m, SmemHeader& hd
   const int nu_log2 = __ffs(nu) - 1, wpu_log2 = kLog2W - nu_log2;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   uint32_t* const ctrs = m.counters;
+  const int fp8_scaling = fp8_mode & kFp8ScalingMask;
+  const bool fp8_act = kFp8W && (fp8_mode & kFp8ActE4m3) != 0;
+  if (fp8_act) quantise_input_e4m3(x_s, K, fp8_scaling, hdr.red_norm);
   for (int c = c0, j = 0; c < n; c += G, ++j) {
     const int jb = j & (F - 1);  // this chunk's place in its batch
     mbar_wait(&hdr.full[ring.slot], ring.phase, ctrs, kSiteFull);
@@ -58,9 +63,19 @@ __device__ __forceinline__ void consume_stage(const ModelArgs& m, SmemHeader& hd
     if constexpr (kFp8W) {
       const uint8_t* w_s = ring.base + static_cast<size_t>(ring.slot) * ring.slot_bytes;
       const int nvalid = min(nu, N - c * nu);
-      const uint32_t skip0 = fp8_span(fp8_scale, fp8_mode, K, c * nu, nvalid).skip;
-      const uint32_t skip1 = kPair ? fp8_span(fp8_scale, fp8_mode, K, N + c * nu, nvalid).skip : 0u;
-      gemv_partial_fp8<kPair>(w_s, skip0, skip1, x_s, K, nu, wpu_log2, nvalid, fp8_mode, a0, a1);
+      const uint32_t skip0 = fp8_span(fp8_scale, fp8_scaling, K, c * nu, nvalid).skip;
+      const uint32_t skip1 = kPair ? fp8_span(fp8_scale, fp8_scaling, K, N + c * nu, nvalid).skip : 0u;
+      if (fp8_act) {
+        const uint8_t* x8 = reinterpret_cast<const uint8_t*>(x_s);
+        const float* xs = reinterpret_cast<const float*>(x8 + fp8_act_scales_offset(K));
+        if (fp8_scaling == kFp8Block128) {
+          gemv_partial_fp8_mma<kPair, true>(w_s, skip0, skip1, x8, xs, K, nu, wpu_log2, nvalid, fp8_scaling, a0, a1);
+        } else {
+          gemv_partial_fp8_mma<kPair, false>(w_s, skip0, skip1, x8, xs, K, nu, wpu_log2, nvalid, fp8_scaling, a0, a1);
+        }
+      } else {
+        gemv_partial_fp8<kPair>(w_s, skip0, skip1, x_s, K, nu, wpu_log2, nvalid, fp8_scaling, a0, a1);
+      }
     } else {
       const bf16* w_s = reinterpret_cast<const bf16*>(ring.base + static_cast<size_t>(ring.slot) * ring.slot_bytes);
       gemv_partial<kPair>(w_s, x_s, K, nu, wpu_log2, min(nu, N - c * nu), a0, a1);

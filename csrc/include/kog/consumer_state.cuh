@@ -11,6 +11,7 @@
 #include "kog/config.cuh"
 #include "kog/diagnostics.cuh"
 #include "kog/fp8.cuh"
+#include "kog/fp8_act.cuh"
 #include "kog/handoff_hold.cuh"
 #include "kog/penalties.cuh"
 #include "kog/smem_header.cuh"
@@ -90,7 +91,7 @@ struct Consumers : Fp8Mode<kFp8> {
 
   __device__ __forceinline__ Consumers(const ModelArgs& m_, const StepArgs& step_, SmemHeader& hdr_, bf16* x_s_,
                                        float* work_, uint8_t* ring_base_, uint32_t epoch0_)
-      : Fp8Mode<kFp8>(kFp8 ? m_.fp8_scaling : int64_t{0}),
+      : Fp8Mode<kFp8>(kFp8 ? fp8_mode_word(m_.fp8_scaling, m_.fp8_act) : 0),
         m(m_),
         step(step_),
         hdr(hdr_),

@@ -59,6 +59,7 @@ REASONS = {
     "tensor_dtype_fp8": "{name} is {dtype}, not float8_e4m3fn (an FP8 model's projection)",
     "tensor_dtype_scale": "{name} is {dtype}, not float32 (an FP8 weight's scale)",
     "fp8_scale_undeclared": "{name} is set but the projections are bf16 (DecoderWeights.fp8 is None)",
+    "fp8_act_input_length": "FP8 inputs (fp8_act) of {k} elements: the kernel quantises at most {limit}",
 }
 
 
@@ -267,6 +268,19 @@ def weights_reason(weights: Any, device: Any) -> str | None:
     return None
 
 
+def fp8_act_reason(weights: Any) -> str | None:
+    """FP8 inputs (DecoderWeights.fp8_act): every projection's input within what fp8_act.cuh quantises in place."""
+    from kog_backend.monokernel.layout import CONFIG
+
+    if not getattr(weights, "fp8_act", False):
+        return None
+    s = weights.shape
+    k = max(s.hidden_size, s.num_heads * s.head_dim, s.intermediate_size)
+    if k > CONFIG["kFp8ActMaxK"]:
+        return REASONS["fp8_act_input_length"].format(k=k, limit=CONFIG["kFp8ActMaxK"])
+    return None
+
+
 def unsupported_reason(weights: Any, kv_caches: list[Any], device: Any, sm_count: int | None = None,
                        tp_world: int = 1) -> str | None:
     """None when the monokernel can run this model on `device`, else why not (the stock path serves it).
@@ -287,6 +301,9 @@ def unsupported_reason(weights: Any, kv_caches: list[Any], device: Any, sm_count
     if fp8 is not None:
         # the FP8 kernel instantiations are TP = 1 only
         reason = model.fp8_tp_reason(quant_format.layout_name(fp8), max(s.tp_size, tp_world))
+        if reason is not None:
+            return reason
+        reason = fp8_act_reason(weights)
         if reason is not None:
             return reason
     if sm_count is None:
