@@ -57,6 +57,7 @@ def _stream_ids(server, prompt, n):
             if data == b"[DONE]":
                 break
             c = json.loads(data)
+            assert "error" not in c, f"the stream ended with an error after {len(ids)} tokens: {c['error']}"
             if c.get("choices") and c["choices"][0].get("token_ids"):
                 ids += c["choices"][0]["token_ids"]
                 times.append(time.perf_counter() - t0)
@@ -79,45 +80,53 @@ def test_fault_never_reaches_the_client(checkpoint, stock, tmp_path, fault):
     model = checkpoint("llama-3.2-1b")
     kog = _kog_server(model, tmp_path, fault)
     try:
-        got, times = _stream_ids(kog, PROMPT, NEW_TOKENS)
-        want, tops = _stock_reference(stock, PROMPT)
-        gaps = [b - a for a, b in zip([0.0] + times, times)]
-        worst = max(range(len(gaps)), key=gaps.__getitem__)
-        print(f"\n{fault}: {len(got)} tokens in {times[-1]:.2f} s; longest gap {gaps[worst] * 1e3:.0f} ms before "
-              f"chunk {worst} (time from fault to recovery)")
-        assert len(got) == NEW_TOKENS
-        m = assert_parity(got, want[:NEW_TOKENS], tops)
-        print(f"{fault}: first near-tie divergence: {m}")
-
-        time.sleep(1.5)  # counters are persisted at most once a second (an abort at once)
-        entries = [s for name, s in read_all(str(tmp_path)) if name.endswith("-rank0.json")]
-        assert entries, f"no counters under {tmp_path}"
-        snap = entries[0]
-        text = _metrics(kog)
-        aborted = snap.get("launch_aborts", 0)
-        print(f"{fault}: counters {json.dumps(snap)[:600]}")
-        print(f"{fault}: /metrics kog lines:\n" + "\n".join(ln for ln in text.splitlines() if ln.startswith("kog:")))
-        if fault == "hang":
-            assert aborted == 1, snap
-        if aborted:  # hold_sms: the launch may also wait for its whole grid instead (then nothing to discard)
-            reason = snap["disabled_reason"]
-            assert reason.startswith("kernel abort: "), reason
-            assert "kog:launch_aborts_total 1.0" in text
-            assert 'kog:disabled{reason="kernel abort: ' in text
-            if fault == "hold_sms":
-                assert "blocks not resident" in reason, reason
-        assert "kog:steps_total" in text and "kog:stock_steps_total" in text
-
-        # Healthy, and the next requests are served (stock once kog is off) with stock's tokens.
-        assert requests.get(kog.url + "/health", timeout=10).status_code == 200
-        again, _ = _stream_ids(kog, PROMPT, 64)
-        assert_parity(again, want[:64], tops)
-        out = subprocess.run([sys.executable, "-m", "kog_backend.tools.cli", "stats", "--state-dir", str(tmp_path)],
-                             capture_output=True, text=True, timeout=60)  # fmt: skip
-        print(out.stdout)
-        assert out.returncode == 0
-        if aborted:
-            assert "launches aborted: 1" in out.stdout and "kernel abort" in out.stdout
+        _check_fault_recovery(kog, fault, tmp_path, stock)
+    except BaseException:
+        print(f"\n{fault}: kog server log (tail):\n{kog.log_tail(120)}")
+        raise
     finally:
         kog.stop()
     assert not [n for n, _ in read_all(str(tmp_path))], "the counters files are removed at shutdown"
+
+
+def _check_fault_recovery(kog, fault, tmp_path, stock) -> None:
+    """The fault's request, the counters, /metrics, the next request and `kog stats` on a kog server."""
+    got, times = _stream_ids(kog, PROMPT, NEW_TOKENS)
+    want, tops = _stock_reference(stock, PROMPT)
+    gaps = [b - a for a, b in zip([0.0] + times, times)]
+    worst = max(range(len(gaps)), key=gaps.__getitem__)
+    print(f"\n{fault}: {len(got)} tokens in {times[-1]:.2f} s; longest gap {gaps[worst] * 1e3:.0f} ms before "
+          f"chunk {worst} (time from fault to recovery)")
+    assert len(got) == NEW_TOKENS
+    m = assert_parity(got, want[:NEW_TOKENS], tops)
+    print(f"{fault}: first near-tie divergence: {m}")
+
+    time.sleep(1.5)  # counters are persisted at most once a second (an abort at once)
+    entries = [s for name, s in read_all(str(tmp_path)) if name.endswith("-rank0.json")]
+    assert entries, f"no counters under {tmp_path}"
+    snap = entries[0]
+    text = _metrics(kog)
+    aborted = snap.get("launch_aborts", 0)
+    print(f"{fault}: counters {json.dumps(snap)[:600]}")
+    print(f"{fault}: /metrics kog lines:\n" + "\n".join(ln for ln in text.splitlines() if ln.startswith("kog:")))
+    if fault == "hang":
+        assert aborted == 1, snap
+    if aborted:  # hold_sms: the launch may also wait for its whole grid instead (then nothing to discard)
+        reason = snap["disabled_reason"]
+        assert reason.startswith("kernel abort: "), reason
+        assert "kog:launch_aborts_total 1.0" in text
+        assert 'kog:disabled{reason="kernel abort: ' in text
+        if fault == "hold_sms":
+            assert "blocks not resident" in reason, reason
+    assert "kog:steps_total" in text and "kog:stock_steps_total" in text
+
+    # Healthy, and the next requests are served (stock once kog is off) with stock's tokens.
+    assert requests.get(kog.url + "/health", timeout=10).status_code == 200
+    again, _ = _stream_ids(kog, PROMPT, 64)
+    assert_parity(again, want[:64], tops)
+    out = subprocess.run([sys.executable, "-m", "kog_backend.tools.cli", "stats", "--state-dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    print(out.stdout)
+    assert out.returncode == 0
+    if aborted:
+        assert "launches aborted: 1" in out.stdout and "kernel abort" in out.stdout

@@ -15,6 +15,7 @@ from kog_backend.engine import runner as runner_mod
 from kog_backend.engine.kog_request import KogRequest
 from kog_backend.engine.runner import KogModelRunner
 from kog_backend.engine.tokens_per_step import burst_max_len
+from kog_backend.path import gate
 from kog_backend.path.counters import StepCounters
 from kog_backend.path.eligibility import MAX_TESTED_CONTEXT, STEP_REASONS
 
@@ -62,6 +63,16 @@ def test_bursts_are_capped_at_the_tested_range(tmp_path, max_model_len, want):
     for p in (want - 40, want - 5, want - 2):
         k = r._kog_burst_length(r._kog_requests["a"], p)
         assert k == min(32, want - 1 - p), (p, k)
+
+
+@pytest.mark.parametrize("slots,want", [(None, 32), (200, 32), (132, 32), (131, 31), (102, 2), (101, 1)])
+def test_bursts_stay_inside_the_slots_the_request_holds(tmp_path, slots, want):
+    # Position 100: slots 132 are positions 100..131, a full burst; fewer slots cut it (a request waiting for KV
+    # blocks means kog's scheduler reserved no look-ahead); one slot makes a counted single-token step.
+    r = _runner(tmp_path)
+    assert r._kog_burst_length(r._kog_requests["a"], 100, slots) == want
+    single = r.kog_counters.snapshot()["single_token_steps"]
+    assert single == ({gate.BURST_REASONS["kv_slots"]: 1} if want == 1 else {})
 
 
 def _with_caches(tmp_path, monkeypatch, caches):

@@ -63,6 +63,7 @@ class KogModelRunner(GPUModelRunnerV2):
         self._kog_tokens_per_step = effective_tokens_per_step(self.kog_config, vllm_config)
         self._kog_weights: model_spec.DecoderWeights | None = None
         self._kog_kv_caches: list[torch.Tensor] = []
+        self._kog_block_size = 0  # positions per block of vLLM's KV cache (initialize_kv_cache)
         self._kog_torch: TorchStep | None = None  # computes the kog step without the monokernel
         self._kog_monokernel: MonokernelStep | None = None  # when step_select chose it, until a launch fails
         self._kog_outcome = LaunchOutcome(self.kog_counters, self._kog_disable, self.device)
@@ -113,6 +114,7 @@ class KogModelRunner(GPUModelRunnerV2):
                 return
             caches.append(cache)
         self._kog_kv_caches = caches
+        self._kog_block_size = int(caches[0].shape[2])
         torch_step = TorchStep(self.model, self._kog_weights, caches, self.device)
         chosen = select_step(
             torch_step, self.kog_config, self._kog_weights, caches, self.device, self.max_model_len,
@@ -206,7 +208,8 @@ class KogModelRunner(GPUModelRunnerV2):
         block_tables, slot_mappings = self.prepare_attn(input_batch)
         request = self._kog_requests[input_batch.req_ids[0]]
         inputs = StepInputs(input_batch, block_tables[0][0], slot_mappings[0][:1], request, self.block_tables)
-        k = self._kog_burst_length(request, int(input_batch.num_computed_tokens_np[0]))
+        position = int(input_batch.num_computed_tokens_np[0])
+        k = self._kog_burst_length(request, position, inputs.blocks_held() * self._kog_block_size)
         hidden, output = None, None
         if self._kog_monokernel is not None:
             try:
@@ -230,10 +233,11 @@ class KogModelRunner(GPUModelRunnerV2):
         self.kog_counters.record_kog(k)
         return None
 
-    def _kog_burst_length(self, request: KogRequest, position: int) -> int:
+    def _kog_burst_length(self, request: KogRequest, position: int, slots: int | None = None) -> int:
         """Tokens this kog step generates: 1, or with K > 1 a burst (tokens_per_step.burst_length) unless the gate's
         burst_reason (the request's own single-token reason, the sampled_bursts option, the monokernel, vLLM's
-        Gumbel noise, what the kernel can apply) keeps it at one token, counted."""
+        Gumbel noise, what the kernel can apply) keeps it at one token, counted. slots: KV slots the request holds
+        (positions 0 .. slots - 1, its blocks x block size); a burst never writes past them."""
         if self._kog_tokens_per_step == 1:
             return 1
         single = gate.burst_reason(
@@ -244,7 +248,14 @@ class KogModelRunner(GPUModelRunnerV2):
         if single is not None:
             self.kog_counters.record_single_token(single)
             return 1
-        return request.burst_length(self._kog_tokens_per_step, position, burst_max_len(self.max_model_len))
+        k = request.burst_length(self._kog_tokens_per_step, position, burst_max_len(self.max_model_len))
+        if slots is not None and k > slots - position:
+            # KogScheduler reserves the burst's slots only while the request runs alone: scheduled beside a request
+            # that waits for KV blocks, it holds fewer, and a position past its blocks has no slot of its own.
+            k = max(1, slots - position)
+            if k == 1:
+                self.kog_counters.record_single_token(gate.BURST_REASONS["kv_slots"])
+        return k
 
     def _kog_check_launch_status(self) -> None:
         """The outcome of the monokernel launches whose tokens vLLM has taken (LaunchOutcome.aborted): after an
