@@ -147,7 +147,7 @@ CONFIG: dict[str, int] = {
     "kFp8PerTensor": 1,
     "kFp8PerRow": 2,
     "kFp8Block128": 3,
-    "kAttnMode": 1,
+    "kAttnMode": 2,
     "kAttnModeRounds": 0,
     "kAttnModeMma": 1,
     "kAttnModeMmaWide": 2,

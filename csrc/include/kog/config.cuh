@@ -96,7 +96,7 @@ struct MonoConfig {
   static constexpr int kAttnShortLen = 32;
   // Default of ModelArgs::attn_mode, how splits longer than kAttnShortLen run (the kAttnMode* values below): on the
   // tensor cores (docs/tuning.md).
-  static constexpr int kAttnMode = 1;
+  static constexpr int kAttnMode = 2;
   // Attention splits whose partials the combining block loads in one round trip (S = 16 for 8 KV heads on 132 SMs)
   // (docs/tuning.md).
   static constexpr int kCombineBatch = 16;
