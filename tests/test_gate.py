@@ -264,6 +264,7 @@ CASES = [
     ("burst", "allowed_token_ids", lambda: burst.request_single_token_reason(SamplingParams(allowed_token_ids=[1]))),
     ("burst", "bad_words", lambda: burst.request_single_token_reason(SamplingParams(bad_words=["x"]))),
     ("burst", "min_tokens", _burst(single=burst.request_single_token_reason(SamplingParams(min_tokens=4)))),
+    ("burst", "kv_slots", lambda: burst.fit_to_slots(32, 100, 101)[1]),
     ("burst", "scheduler", lambda: burst.scheduling_reason(False, False)),
     ("burst", "async_scheduling", lambda: burst.scheduling_reason(True, True)),
     ("step", "dummy_run", lambda: step.step_unsupported_reason(decode_step("a"), {"a": None}, dummy_run=True)),

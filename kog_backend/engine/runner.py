@@ -249,12 +249,10 @@ class KogModelRunner(GPUModelRunnerV2):
             self.kog_counters.record_single_token(single)
             return 1
         k = request.burst_length(self._kog_tokens_per_step, position, burst_max_len(self.max_model_len))
-        if slots is not None and k > slots - position:
-            # KogScheduler reserves the burst's slots only while the request runs alone: scheduled beside a request
-            # that waits for KV blocks, it holds fewer, and a position past its blocks has no slot of its own.
-            k = max(1, slots - position)
-            if k == 1:
-                self.kog_counters.record_single_token(gate.BURST_REASONS["kv_slots"])
+        if slots is not None:
+            k, single = gate.fit_to_slots(k, position, slots)
+            if single is not None:
+                self.kog_counters.record_single_token(single)
         return k
 
     def _kog_check_launch_status(self) -> None:

@@ -30,7 +30,9 @@ import string
 from kog_backend.path.gate import (
     burst, environment, extension, kv_cache, model, monokernel, request, server, step, tiling,
 )
-from kog_backend.path.gate.burst import BURST_REASONS, burst_reason, request_single_token_reason, scheduling_reason
+from kog_backend.path.gate.burst import (
+    BURST_REASONS, burst_reason, fit_to_slots, request_single_token_reason, scheduling_reason,
+)
 from kog_backend.path.gate.environment import environment_reason, gpu_reason, vllm_version_reason, worker_reason
 from kog_backend.path.gate.request import KOG_PATH_FEATURES, REQUEST_FEATURES, request_unsupported_reason
 from kog_backend.path.gate.server import SERVER_FEATURES, server_unsupported_reason, start_reason
@@ -85,8 +87,8 @@ def _patterns() -> list[tuple[str, str, re.Pattern, tuple[int, int]]]:
 
 __all__ = [
     "BURST_REASONS", "KOG_PATH_FEATURES", "LEVELS", "REQUEST_FEATURES", "SERVER_FEATURES", "STEP_REASONS",
-    "burst", "burst_reason", "catalogue", "display", "environment", "environment_reason", "extension", "gpu_reason", "kv_cache",
-    "model", "monokernel", "reason_key", "request", "request_single_token_reason", "request_unsupported_reason",
+    "burst", "burst_reason", "catalogue", "display", "environment", "environment_reason", "extension", "fit_to_slots",
+    "gpu_reason", "kv_cache", "model", "monokernel", "reason_key", "request", "request_single_token_reason", "request_unsupported_reason",
     "scheduling_reason", "server", "server_unsupported_reason", "start_reason", "step", "step_unsupported_reason",
     "tiling", "vllm_version_reason", "worker_reason",
 ]

@@ -58,6 +58,17 @@ def request_single_token_reason(sampling_params: Any) -> str | None:
     return None
 
 
+def fit_to_slots(k: int, position: int, slots: int) -> tuple[int, str | None]:
+    """A burst of k tokens from `position` cut to the KV slots its request holds (positions 0 .. slots - 1), and the
+    counted reason when that leaves one token. KogScheduler reserves the burst's slots only while the request runs
+    alone: scheduled beside a request that waits for KV blocks, it holds fewer, and a position past its blocks has
+    no slot of its own."""
+    if k <= slots - position:
+        return k, None
+    k = max(1, slots - position)
+    return k, (BURST_REASONS["kv_slots"] if k == 1 else None)
+
+
 def burst_reason(single_token: str | None, sampling: Any, sampled_bursts: bool, monokernel: Any,
                  fp64_gumbel: bool) -> str | None:
     """None when a request's kog step may generate K tokens, else why it runs one. Plain greedy requests
