@@ -16,7 +16,10 @@
 namespace kog {
 
 // Token t's input: its id (the launch's input for token 0, else the token this launch made before it, which
-// every block has read after its token-ready wait), its position, KV-cache slot and embedding row.
+// every block has read after its token-ready wait), its position, KV-cache slot and embedding row. After an abort
+// the token-ready wait gave up (sync.cuh) and tokens_out[t - 1] may never have been written: this block then saw
+// the abort word (its own record, or the one that made its wait give up) and takes the launch's input id instead,
+// so that no garbage id addresses the embedding (the launch reports no token either way).
 template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
 __device__ __forceinline__ TokenStep begin_token(const Consumers<D, HP, kSampled, kTP, kFp8>& c, int t) {
   const StepArgs& step = c.step;
@@ -25,7 +28,7 @@ __device__ __forceinline__ TokenStep begin_token(const Consumers<D, HP, kSampled
   const uint32_t next = e + 1u;
   const int pos = static_cast<int>(c.pos0) + t;
   int64_t token;
-  if (t == 0) {
+  if (t == 0 || aborted(c.ctrs)) {
     token = step.ids_int64 ? static_cast<const int64_t*>(step.input_ids)[0]
                            : static_cast<int64_t>(static_cast<const int32_t*>(step.input_ids)[0]);
   } else {
