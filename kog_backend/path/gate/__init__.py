@@ -88,7 +88,7 @@ def _patterns() -> list[tuple[str, str, re.Pattern, tuple[int, int]]]:
 __all__ = [
     "BURST_REASONS", "KOG_PATH_FEATURES", "LEVELS", "REQUEST_FEATURES", "SERVER_FEATURES", "STEP_REASONS",
     "burst", "burst_reason", "catalogue", "display", "environment", "environment_reason", "extension", "fit_to_slots",
-    "gpu_reason", "kv_cache", "model", "monokernel", "reason_key", "request", "request_single_token_reason", "request_unsupported_reason",
-    "scheduling_reason", "server", "server_unsupported_reason", "start_reason", "step", "step_unsupported_reason",
-    "tiling", "vllm_version_reason", "worker_reason",
+    "gpu_reason", "kv_cache", "model", "monokernel", "reason_key", "request", "request_single_token_reason",
+    "request_unsupported_reason", "scheduling_reason", "server", "server_unsupported_reason", "start_reason", "step",
+    "step_unsupported_reason", "tiling", "vllm_version_reason", "worker_reason",
 ]
