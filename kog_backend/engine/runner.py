@@ -63,7 +63,6 @@ class KogModelRunner(GPUModelRunnerV2):
         self._kog_tokens_per_step = effective_tokens_per_step(self.kog_config, vllm_config)
         self._kog_weights: model_spec.DecoderWeights | None = None
         self._kog_kv_caches: list[torch.Tensor] = []
-        self._kog_block_size = 0  # positions per block of vLLM's KV cache (initialize_kv_cache)
         self._kog_torch: TorchStep | None = None  # computes the kog step without the monokernel
         self._kog_monokernel: MonokernelStep | None = None  # when step_select chose it, until a launch fails
         self._kog_outcome = LaunchOutcome(self.kog_counters, self._kog_disable, self.device)
@@ -114,7 +113,6 @@ class KogModelRunner(GPUModelRunnerV2):
                 return
             caches.append(cache)
         self._kog_kv_caches = caches
-        self._kog_block_size = int(caches[0].shape[2])
         torch_step = TorchStep(self.model, self._kog_weights, caches, self.device)
         chosen = select_step(
             torch_step, self.kog_config, self._kog_weights, caches, self.device, self.max_model_len,
@@ -209,7 +207,8 @@ class KogModelRunner(GPUModelRunnerV2):
         request = self._kog_requests[input_batch.req_ids[0]]
         inputs = StepInputs(input_batch, block_tables[0][0], slot_mappings[0][:1], request, self.block_tables)
         position = int(input_batch.num_computed_tokens_np[0])
-        k = self._kog_burst_length(request, position, inputs.blocks_held() * self._kog_block_size)
+        block_size = self._kog_kv_caches[0].shape[2]  # positions per block of vLLM's KV cache
+        k = self._kog_burst_length(request, position, inputs.blocks_held() * block_size)
         hidden, output = None, None
         if self._kog_monokernel is not None:
             try:

@@ -20,9 +20,7 @@ BURST_REASONS = {
     "allowed_token_ids": "allowed_token_ids",
     "bad_words": "bad_words",
     "min_tokens": "min_tokens > 0",
-    # The step's request holds a KV slot for the scheduled token only: kog's scheduler reserves look-ahead slots
-    # while the request runs alone, so a step scheduled beside a request that waits for KV blocks gets none.
-    "kv_slots": "no KV slots past this token (another request is waiting)",
+    "kv_slots": "no KV slots past this token (another request is waiting)",  # (fit_to_slots)
 }
 
 # Why the server runs one token per engine step at all (tokens_per_step > 1 needs kog's scheduler, synchronous):
