@@ -47,6 +47,11 @@ def _words(vec):
     return [(vec[2 * i], vec[2 * i + 1]) for i in range(len(vec) // 2)]
 
 
+def _lane_dims(row, starts):
+    """A lane's loaded values: its 16-byte vectors (8 bf16 dimensions from each start), in load order."""
+    return torch.cat([row[s : s + 8] for s in starts])
+
+
 def _warp_pass(q, k, v, start, end, hp, warp=0, warps=1):
     """attend_positions_mma for one warp (tiles base = start + warp 16 kTiles, step warps 16 kTiles) and
     store_mma_state for each group of 4 heads: q [hp, D] (hp <= 8, the mma's columns), k / v [T, D] (one KV head).
@@ -59,7 +64,7 @@ def _warp_pass(q, k, v, start, end, hp, warp=0, warps=1):
         g, t = lane >> 2, lane & 3
         row = []
         for s in range(KS):
-            base = (D // 4) * t + 4 * s
+            base = 8 * (4 * (s // 2) + t) + 4 * (s % 2)
             qv = q[g] if g < hp else torch.zeros(D, dtype=torch.float64)
             row.append(((qv[base], qv[base + 1]), (qv[base + 2], qv[base + 3])))
         qb.append(row)
@@ -76,7 +81,7 @@ def _warp_pass(q, k, v, start, end, hp, warp=0, warps=1):
                 for h in range(2):
                     p = tile + g + 8 * h
                     ok = p < end
-                    seg = k[p, (D // 4) * t : (D // 4) * (t + 1)] if ok else torch.zeros(D // 4, dtype=torch.float64)
+                    seg = _lane_dims(k[p], [8 * (4 * j + t) for j in range(D // 32)]) if ok else torch.zeros(D // 4, dtype=torch.float64)
                     rows.append(_words(seg))
                     oks.append(ok)
                 kw.append(rows)
@@ -84,7 +89,7 @@ def _warp_pass(q, k, v, start, end, hp, warp=0, warps=1):
                 vs = []
                 for i in range(4):
                     p = tile + 2 * t + (i & 1) + 8 * (i >> 1)
-                    seg = v[p, (D // 8) * g : (D // 8) * (g + 1)] if p < end else torch.zeros(D // 8, dtype=torch.float64)
+                    seg = _lane_dims(v[p], [8 * (8 * j + g) for j in range(D // 64)]) if p < end else torch.zeros(D // 8, dtype=torch.float64)
                     vs.append(_words(seg))
                 vw.append(vs)
             sc = [[0.0] * 4 for _ in range(LANES)]
@@ -138,8 +143,9 @@ def _warp_pass(q, k, v, start, end, hp, warp=0, warps=1):
                 if g == 0:
                     m_out[h0 + i], l_out[h0 + i] = mrow[l][c], lrow[l][c]
                 for m in range(KS):
-                    acc[h0 + i, (D // 8) * g + 2 * m] = o[l][m][c]
-                    acc[h0 + i, (D // 8) * g + 2 * m + 1] = o[l][m][2 + c]
+                    d = 8 * (8 * (m // 4) + g) + 2 * (m % 4)
+                    acc[h0 + i, d] = o[l][m][c]
+                    acc[h0 + i, d + 1] = o[l][m][2 + c]
     return m_out, l_out, acc
 
 

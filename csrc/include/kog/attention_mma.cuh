@@ -10,13 +10,16 @@
 // Fragment layouts (PTX ISA, mma.m16n8k16 .bf16; lane = 4 g + t): A rows g, g + 8 and columns 2t, 2t + 1, 2t + 8,
 // 2t + 9; B columns g and rows 2t, 2t + 1, 2t + 8, 2t + 9; C rows g, g + 8 and columns 2t, 2t + 1. The order of
 // the head dimension inside an mma is free (a dot product over d does not depend on it), so each product's
-// logical columns are mapped to physical dimensions that make every lane's loads contiguous 16-byte vectors:
-//   S^T: k-step s, logical column c of lane t  -> dimension (D / 4) t + 4 s + {0, 1, 2, 3} for c = 2t, 2t + 1,
-//        2t + 8, 2t + 9: lane (g, t) loads dimensions [(D / 4) t, (D / 4)(t + 1)) of positions g and g + 8, and
-//        its A registers are those words as loaded; Q^T's B registers follow the same map.
-//   O^T: m-tile m, logical rows g and g + 8 -> dimensions (D / 8) g + 2 m and (D / 8) g + 2 m + 1: lane (g, t)
-//        loads dimensions [(D / 8) g, (D / 8)(g + 1)) of positions 2t, 2t + 1, 2t + 8, 2t + 9, and a byte permute
-//        pairs two positions' values of one dimension into each A register.
+// logical columns are mapped to physical dimensions that make every lane's loads 16-byte vectors and every load
+// instruction's lanes cover whole 32-byte sectors of a row (one instruction, one row: 64 contiguous bytes of K,
+// 128 of V):
+//   S^T: k-step s, logical column c of lane t  -> dimension 8 (4 (s / 2) + t) + 4 (s % 2) + {0, 1, 2, 3} for
+//        c = 2t, 2t + 1, 2t + 8, 2t + 9: lane (g, t) loads its vector j (< D / 32) from dimensions 8 (4 j + t) ..
+//        + 8 of positions g and g + 8, and its A registers are those words as loaded; Q^T's B registers follow the
+//        same map.
+//   O^T: m-tile m, logical rows g and g + 8 -> dimensions 8 (8 (m / 4) + g) + 2 (m % 4) and that + 1: lane (g, t)
+//        loads its vector j (< D / 64) from dimensions 8 (8 j + g) .. + 8 of positions 2t, 2t + 1, 2t + 8, 2t + 9,
+//        and a byte permute pairs two positions' values of one dimension into each A register.
 // P^T comes out of the first mma as C (rows = positions); movmatrix.trans turns each 8 x 8 half into the B
 // fragment of the second (rows = positions as k, columns = heads).
 #pragma once
@@ -60,8 +63,8 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// A tile's loads: K rows g and g + 8 ([D / 4] dimensions each, KV4 vectors), V rows 2t, 2t + 1, 2t + 8, 2t + 9
-// ([D / 8] dimensions, VV4 vectors); zeros where a position is past the split or unmapped (kok false: its scores
+// A tile's loads: K rows g and g + 8 (KV4 vectors each), V rows 2t, 2t + 1, 2t + 8, 2t + 9 (VV4 vectors each), in
+// the dimensions of the maps above; zeros where a position is past the split or unmapped (kok false: its scores
 // become -inf, its P zero).
 template <int D>
 struct MmaTile {
@@ -81,7 +84,7 @@ __device__ __forceinline__ void load_mma_tile(const KvSource& src, int end, int 
     r.kok[h] = off >= 0;
 #pragma unroll
     for (int j = 0; j < MmaTile<D>::KV4; ++j) {
-      r.k[h][j] = off >= 0 ? ld_cg_v4(src.k + off + (D / 4) * t + 8 * j) : make_uint4(0, 0, 0, 0);
+      r.k[h][j] = off >= 0 ? ld_cg_v4(src.k + off + 8 * (4 * j + t)) : make_uint4(0, 0, 0, 0);
     }
   }
 #pragma unroll
@@ -90,13 +93,13 @@ __device__ __forceinline__ void load_mma_tile(const KvSource& src, int end, int 
     const int64_t off = p < end ? src.row(p) : -1;
 #pragma unroll
     for (int j = 0; j < MmaTile<D>::VV4; ++j) {
-      r.v[i][j] = off >= 0 ? ld_cg_v4(src.v + off + (D / 8) * g + 8 * j) : make_uint4(0, 0, 0, 0);
+      r.v[i][j] = off >= 0 ? ld_cg_v4(src.v + off + 8 * (8 * j + g)) : make_uint4(0, 0, 0, 0);
     }
   }
 }
 
 // A warp's state after its pass, for head columns 2t and 2t + 1 of lane (g, t): O^T's C registers per m-tile
-// ([dim (D / 8) g + 2m][2t, 2t + 1], [dim + 1][2t, 2t + 1]), the running max and the warp's sum of P.
+// ([dim 8 (8 (m / 4) + g) + 2 (m % 4)][2t, 2t + 1], [dim + 1][2t, 2t + 1]), the running max and the warp's sum of P.
 template <int D>
 struct MmaState {
   float o[D / 16][4];
@@ -115,11 +118,12 @@ __device__ __forceinline__ MmaState<D> attend_positions_mma(const KvSource& src,
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
 
-  // Q^T's B registers: column g = head g (zeros past hq), rows of k-step s = dimensions (D / 4) t + 4 s + 0..3.
+  // Q^T's B registers: column g = head g (zeros past hq), rows of k-step s = dimensions
+  // 8 (4 (s / 2) + t) + 4 (s % 2) + 0..3.
   uint32_t qb[KS][2];
 #pragma unroll
   for (int s = 0; s < KS; ++s) {
-    const float* qr = qs + g * D + (D / 4) * t + 4 * s;
+    const float* qr = qs + g * D + 8 * (4 * (s / 2) + t) + 4 * (s % 2);
     qb[s][0] = g < hq ? pack_bf16x2(qr[0], qr[1]) : 0u;
     qb[s][1] = g < hq ? pack_bf16x2(qr[2], qr[3]) : 0u;
   }
@@ -203,11 +207,12 @@ __device__ __forceinline__ void store_mma_state(const MmaState<D>& st, int h0, i
       wm[warp * HP + i] = st.mrow[c];
       wl[warp * HP + i] = st.lrow[c];
     }
-    float* dst = wacc + (warp * HP + i) * D + (D / 8) * g;
+    float* dst = wacc + (warp * HP + i) * D;
 #pragma unroll
     for (int m = 0; m < D / 16; ++m) {
-      dst[2 * m] = st.o[m][c];
-      dst[2 * m + 1] = st.o[m][2 + c];
+      const int d = 8 * (8 * (m / 4) + g) + 2 * (m % 4);
+      dst[d] = st.o[m][c];
+      dst[d + 1] = st.o[m][2 + c];
     }
   }
 }
