@@ -211,7 +211,7 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
   const int kvh = task.kvh;
   const uint32_t tag = handoff_tag(epoch);
   const KvSource src{L.k_cache, L.v_cache, block_table, task.bt_count >= 0 ? bt_s : nullptr, task.bt_first, bt_len,
-                     bs, s_blk, s_pos, kvh * s_head};
+                     31 - __clz(bs), s_blk, s_pos, kvh * s_head};
   // Single-split mode: the empty splits only keep ctr_kv at S per token, so that the "last split combines" target
   // (epoch + 1) x S holds whichever mode a later token runs in (no data is published through these adds; a later
   // token's atomic on ctr_kv follows them in causality order through the layer's hand-offs).
