@@ -72,8 +72,9 @@ struct MmaTile {
   bool kok[2];
 };
 
+// The K half of a tile's loads (rows g, g + 8) and its validity; the V half (rows 2t, 2t + 1, 2t + 8, 2t + 9).
 template <int D>
-__device__ __forceinline__ void load_mma_tile(const KvSource& src, int end, int tile, int g, int t, MmaTile<D>& r) {
+__device__ __forceinline__ void load_mma_tile_k(const KvSource& src, int end, int tile, int g, int t, MmaTile<D>& r) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int p = tile + g + 8 * h;
@@ -84,6 +85,10 @@ __device__ __forceinline__ void load_mma_tile(const KvSource& src, int end, int 
       r.k[h][j] = off >= 0 ? ld_cg_v4(src.k + off + (D / 4) * t + 8 * j) : make_uint4(0, 0, 0, 0);
     }
   }
+}
+
+template <int D>
+__device__ __forceinline__ void load_mma_tile_v(const KvSource& src, int end, int tile, int g, int t, MmaTile<D>& r) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int p = tile + 2 * t + (i & 1) + 8 * (i >> 1);
@@ -104,7 +109,7 @@ struct MmaState {
 };
 
 // One pass over the split for hq <= kMmaColumns query heads whose rotated q (fp32) are rows of qs [hq][D].
-// Tiles of a round are warp-contiguous: warp w takes [start + (r W + w) 16 kTiles, + 16 kTiles).
+// Rounds of kTiles tiles are warp-contiguous: warp w's round r covers [start + (r W + w) 16 kTiles, + 16 kTiles).
 template <int D>
 __device__ __forceinline__ MmaState<D> attend_positions_mma(const KvSource& src, const AttnTask& task, int hq,
                                                             float scale, const float* qs) {
@@ -130,33 +135,50 @@ __device__ __forceinline__ MmaState<D> attend_positions_mma(const KvSource& src,
   st.mrow[0] = st.mrow[1] = -INFINITY;
   st.lrow[0] = st.lrow[1] = 0.f;
 
-  for (int base = task.start + warp * 16 * kTiles; base < task.end; base += W * 16 * kTiles) {
-    MmaTile<D> tl[kTiles];
+  // Software-pipelined without a second buffer: a round's K registers are reloaded with the next round's K as soon
+  // as S^T has read them, and its V registers with the next round's V once O^T has, so the next round's loads are in
+  // flight through this round's softmax and products (the same registers as loading and using each round in turn).
+  constexpr int kStride = W * 16 * kTiles;  // between a warp's consecutive rounds
+  MmaTile<D> tl[kTiles];
+  int base = task.start + warp * 16 * kTiles;
+  if (base < task.end) {
 #pragma unroll
-    for (int u = 0; u < kTiles; ++u) load_mma_tile<D>(src, task.end, base + 16 * u, g, t, tl[u]);
+    for (int u = 0; u < kTiles; ++u) load_mma_tile_k<D>(src, task.end, base + 16 * u, g, t, tl[u]);
+#pragma unroll
+    for (int u = 0; u < kTiles; ++u) load_mma_tile_v<D>(src, task.end, base + 16 * u, g, t, tl[u]);
+  }
+  for (; base < task.end; base += kStride) {
+    float sc[kTiles][4];  // S^T per tile: [pos g][head 2t, 2t + 1], [pos g + 8][head 2t, 2t + 1]
 #pragma unroll
     for (int u = 0; u < kTiles; ++u) {
       const MmaTile<D>& r = tl[u];
-      float sc[4] = {0.f, 0.f, 0.f, 0.f};  // S^T: [pos g][head 2t, 2t + 1], [pos g + 8][head 2t, 2t + 1]
+      sc[u][0] = sc[u][1] = sc[u][2] = sc[u][3] = 0.f;
 #pragma unroll
       for (int s = 0; s < KS; ++s) {
         const uint32_t a[4] = {word_of(r.k[0][s / 2], 2 * (s % 2)), word_of(r.k[1][s / 2], 2 * (s % 2)),
                                word_of(r.k[0][s / 2], 2 * (s % 2) + 1), word_of(r.k[1][s / 2], 2 * (s % 2) + 1)};
-        mma_16816(sc, a, qb[s][0], qb[s][1]);
+        mma_16816(sc[u], a, qb[s][0], qb[s][1]);
       }
-      float p[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) sc[i] = r.kok[i >> 1] ? sc[i] * scale : -INFINITY;
+      for (int i = 0; i < 4; ++i) sc[u][i] = r.kok[i >> 1] ? sc[u][i] * scale : -INFINITY;
+    }
+    // (Past the split's end these loads read nothing and give zeros: no branch keeps the old K live.)
+#pragma unroll
+    for (int u = 0; u < kTiles; ++u) load_mma_tile_k<D>(src, task.end, base + kStride + 16 * u, g, t, tl[u]);
+#pragma unroll
+    for (int u = 0; u < kTiles; ++u) {
+      const MmaTile<D>& r = tl[u];
+      float p[4];
       float corr[2];
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
-        float mx = fmaxf(sc[c], sc[2 + c]);
+        float mx = fmaxf(sc[u][c], sc[u][2 + c]);
 #pragma unroll
         for (int off = 4; off < 32; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
         const float mn = fmaxf(st.mrow[c], mx);
         corr[c] = exp2_or_zero(st.mrow[c], mn);
-        p[c] = exp2_or_zero(sc[c], mn);
-        p[2 + c] = exp2_or_zero(sc[2 + c], mn);
+        p[c] = exp2_or_zero(sc[u][c], mn);
+        p[2 + c] = exp2_or_zero(sc[u][2 + c], mn);
         st.lrow[c] = st.lrow[c] * corr[c] + (p[c] + p[2 + c]);
         st.mrow[c] = mn;
       }
@@ -177,6 +199,7 @@ __device__ __forceinline__ MmaState<D> attend_positions_mma(const KvSource& src,
                                __byte_perm(w2, w3, 0x7632)};
         mma_16816(st.o[m], a, pb0, pb1);
       }
+      load_mma_tile_v<D>(src, task.end, base + kStride + 16 * u, g, t, tl[u]);
     }
   }
   // l over the warp's positions (each lane summed its rows g, g + 8); m is already equal across g.
