@@ -66,7 +66,10 @@ def test_console_script_is_declared():
 @pytest.fixture
 def loggers():
     """The `vllm` and `kog_backend` loggers, restored afterwards. Tests clear their handlers in the test body:
-    pytest attaches its capture handlers when the test's call phase starts."""
+    pytest attaches its capture handlers when the test's call phase starts. vLLM configures its loggers when
+    `vllm.logger` is first imported (register() may be the first to import it): imported here, before any test
+    clears them, so that a test run alone sees what it sees after others."""
+    pytest.importorskip("vllm.logger")
     vllm_logger, kog_logger = logging.getLogger("vllm"), logging.getLogger("kog_backend")
     saved = [(lg, list(lg.handlers), lg.level, lg.propagate) for lg in (vllm_logger, kog_logger)]
 
