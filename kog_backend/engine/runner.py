@@ -232,7 +232,7 @@ class KogModelRunner(GPUModelRunnerV2):
         self.kog_counters.record_kog(k)
         return None
 
-    def _kog_burst_length(self, request: KogRequest, position: int, slots: int | None = None) -> int:
+    def _kog_burst_length(self, request: KogRequest, position: int, slots: int) -> int:
         """Tokens this kog step generates: 1, or with K > 1 a burst (tokens_per_step.burst_length) unless the gate's
         burst_reason (the request's own single-token reason, the sampled_bursts option, the monokernel, vLLM's
         Gumbel noise, what the kernel can apply) keeps it at one token, counted. slots: KV slots the request holds
@@ -248,10 +248,9 @@ class KogModelRunner(GPUModelRunnerV2):
             self.kog_counters.record_single_token(single)
             return 1
         k = request.burst_length(self._kog_tokens_per_step, position, burst_max_len(self.max_model_len))
-        if slots is not None:
-            k, single = gate.fit_to_slots(k, position, slots)
-            if single is not None:
-                self.kog_counters.record_single_token(single)
+        k, single = gate.fit_to_slots(k, position, slots)
+        if single is not None:
+            self.kog_counters.record_single_token(single)
         return k
 
     def _kog_check_launch_status(self) -> None:
