@@ -11,6 +11,11 @@ from typing import Any
 
 # burst_sampling.cuh BurstSamplingConfig::kMaxGrid: blocks whose split-level rows the grid buffer holds.
 SAMPLE_MAX_GRID = 256
+# The MoE schedule's route (kog_backend.monokernel.moe_plan, docs/moe.md): one block holds the E router
+# probabilities and picks the k experts; the loaders read the k expert ids. Sized for Qwen3-MoE (128 experts, 8 per
+# token) with room for 256 x 8 (DeepSeek-class routers); the MoE kernel's constants take these bounds.
+MOE_MAX_EXPERTS = 256
+MOE_MAX_TOP_K = 8
 
 REASONS = {
     "hidden_size": "hidden_size {hidden} (the norm covers multiples of 8 up to {most})",
@@ -24,6 +29,9 @@ REASONS = {
                      "{most}-row residual buffer",
     "slots": "shared memory: intermediate_size {intermediate} / hidden_size {hidden} need {work} B of input vector "
              "and {slot} B slots, room for {slots} weight slots (< {least})",
+    "moe_experts": "num_experts {experts}: the route stage holds 1 to {most} router probabilities",
+    "moe_top_k": "num_experts_per_tok {k}: the MoE schedule routes 1 to {most} experts per token, at most "
+                 "num_experts ({experts})",
     "filtered_grid": "top-k/top-p/min-p bursts: {grid} blocks, the split-level buffer holds {most}",
     "filtered_work": "top-k/top-p/min-p bursts: {rows} LM-head rows per block need {need} B of the {work} B work area",
 }
@@ -76,6 +84,15 @@ def slots_reason(intermediate: int, hidden: int, work: int, slot: int, slots: in
     if slots < c["kMinSlots"]:
         return REASONS["slots"].format(intermediate=intermediate, hidden=hidden, work=work, slot=slot, slots=slots,
                                        least=c["kMinSlots"])
+    return None
+
+
+def moe_reason(experts: int, top_k: int) -> str | None:
+    """The route stage's bounds (MOE_MAX_EXPERTS router probabilities in one block, MOE_MAX_TOP_K slots)."""
+    if not 1 <= experts <= MOE_MAX_EXPERTS:
+        return REASONS["moe_experts"].format(experts=experts, most=MOE_MAX_EXPERTS)
+    if not 1 <= top_k <= min(MOE_MAX_TOP_K, experts):
+        return REASONS["moe_top_k"].format(k=top_k, most=MOE_MAX_TOP_K, experts=experts)
     return None
 
 

@@ -1,0 +1,114 @@
+"""The MoE monokernel's schedule (kog_backend.monokernel.moe_plan) and its chunk-by-chunk reference
+(moe_reference): every expert row of every slot belongs to exactly one chunk, the plan's bytes agree with the
+benchmark's weight-bytes estimate, bad router configs get a reason, and the block computed chunk by chunk is
+moe_step's."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from kog_backend.monokernel import moe_plan, moe_reference
+from kog_backend.path.model_spec import DecoderShape
+from kog_backend.reference import moe_step, torch_step
+from kog_backend.tools.fixtures.shapes import SHAPES, weight_bytes_per_token
+
+SMS = 132  # H100 / H200
+
+
+def _shapes(name: str) -> tuple[DecoderShape, moe_step.MoeShape]:
+    c = SHAPES[name]
+    H, nh = c["hidden_size"], c["num_attention_heads"]
+    shape = DecoderShape(
+        arch="qwen3", num_layers=c["num_hidden_layers"], hidden_size=H, num_heads=nh,
+        num_kv_heads=c["num_key_value_heads"], head_dim=c["head_dim"], intermediate_size=c["intermediate_size"],
+        vocab_size=c["vocab_size"], padded_vocab_local=-(-c["vocab_size"] // 64) * 64, vocab_start=0,
+        rms_eps=c["rms_norm_eps"], qk_norm=True, tied_embeddings=c["tie_word_embeddings"],
+        max_position=c["max_position_embeddings"],
+    )  # fmt: skip
+    moe = moe_step.MoeShape(num_experts=c["num_experts"], top_k=c["num_experts_per_tok"],
+                            intermediate_size=c["moe_intermediate_size"], norm_topk_prob=c["norm_topk_prob"])
+    return shape, moe
+
+
+MOE_SHAPES = ["qwen3-30b-a3b", "tiny-qwen3-moe-e8", "tiny-qwen3-moe-e16"]
+
+
+@pytest.mark.parametrize("name", MOE_SHAPES)
+def test_every_expert_unit_of_every_slot_in_exactly_one_chunk(name):
+    shape, moe = _shapes(name)
+    plan = moe_plan.make_moe_plan(shape, moe, SMS)
+    assert isinstance(plan, moe_plan.MoePlan), plan
+    assert [s.k for s in plan.stages] == [shape.hidden_size, shape.num_heads * shape.head_dim, shape.hidden_size,
+                                          shape.hidden_size, moe.intermediate_size, shape.hidden_size]  # fmt: skip
+    assert plan.router.n == moe.num_experts and plan.expert_gu.pair and not plan.expert_down.pair
+    for st, n in ((plan.expert_gu, moe.intermediate_size), (plan.expert_down, shape.hidden_size)):
+        assert st.n == n
+        seen = torch.zeros(moe.top_k, n, dtype=torch.int64)
+        for c in range(st.chunks):
+            slot, first, units = moe_plan.expert_chunk(st, c)
+            assert 1 <= units <= st.nu
+            seen[slot, first : first + units] += 1
+        assert bool((seen == 1).all())
+        with pytest.raises(IndexError):
+            moe_plan.expert_chunk(st, st.chunks)
+        assert st.chunk_bytes <= plan.dense.slot_bytes
+
+
+def test_qwen3_30b_a3b_bytes_per_token():
+    """The plan's streamed bytes plus the embedding row and the final norm equal the benchmark's estimate
+    (tools.fixtures.shapes.weight_bytes_per_token: 6.08 GB, the router and 8 of 128 experts per layer)."""
+    shape, moe = _shapes("qwen3-30b-a3b")
+    plan = moe_plan.make_moe_plan(shape, moe, SMS)
+    H, L = shape.hidden_size, shape.num_layers
+    D = shape.head_dim
+    norms = L * (2 * H + 2 * D) * 2 + H * 2  # input / post norms, q / k norms, final norm (bf16)
+    streamed = L * plan.layer_bytes() + plan.stages[-1].bytes
+    assert streamed + norms + H * 2 == weight_bytes_per_token("qwen3-30b-a3b")
+    assert plan.expert_gu.chunks == 8 * plan.dense.stages[2].chunks
+    assert plan.expert_down.chunks == 8 * plan.dense.stages[3].chunks
+
+
+@pytest.mark.parametrize(
+    "experts,top_k,field",
+    [(300, 8, "num_experts"), (0, 1, "num_experts"), (128, 9, "num_experts_per_tok"), (4, 6, "num_experts_per_tok"),
+     (16, 0, "num_experts_per_tok")],
+)  # fmt: skip
+def test_router_configs_the_route_stage_cannot_hold(experts, top_k, field):
+    shape, moe = _shapes("tiny-qwen3-moe-e16")
+    got = moe_plan.make_moe_plan(shape, dataclasses.replace(moe, num_experts=experts, top_k=top_k), SMS)
+    assert isinstance(got, str) and got.startswith(field), got
+
+
+def test_dense_refusals_name_the_moe_field():
+    shape, moe = _shapes("tiny-qwen3-moe-e8")
+    got = moe_plan.make_moe_plan(shape, dataclasses.replace(moe, intermediate_size=100), SMS)
+    assert isinstance(got, str) and "moe_intermediate_size 100" in got, got
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen3-moe-e8", "tiny-qwen3-moe-e16"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_chunked_block_is_moe_step(name, seed):
+    shape, moe = _shapes(name)
+    plan = moe_plan.make_moe_plan(shape, moe, SMS)
+    g = torch.Generator().manual_seed(seed)
+    H, E, I = shape.hidden_size, moe.num_experts, moe.intermediate_size
+
+    def w(*size):
+        return (torch.randn(*size, generator=g) * 0.05).to(torch.bfloat16)
+
+    lw = moe_step.MoeLayerWeights(
+        input_norm=w(H), qkv=w(8, H), q_norm=w(4), k_norm=w(4), o_proj=w(H, 8), post_norm=w(H),
+        router=w(E, H) * 20, w13=w(E, 2 * I, H), w2=w(E, H, I),
+    )  # fmt: skip
+    x = torch.randn(H, generator=g).to(torch.bfloat16)
+    got = moe_reference.moe_block_stages(lw, x, moe, plan)
+    assert not any(bool(t.isnan().any()) for t in (got.router_logits, got.act, got.y, got.out))
+    r = moe_step.route(torch_step.linear(x, lw.router), moe)
+    assert torch.equal(got.route.experts, r.experts)
+    # Row by row the same fp32 dot products as moe_step's whole-matrix ones, up to the summation order inside them:
+    # within one bf16 rounding step.
+    torch.testing.assert_close(got.y, moe_step.expert_outputs(x, lw.w13, lw.w2, r), rtol=8e-3, atol=1e-5)
+    torch.testing.assert_close(got.out, moe_step.moe_block(lw, x, moe), rtol=1.6e-2, atol=2e-5)
