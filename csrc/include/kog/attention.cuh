@@ -1,5 +1,6 @@
 // GQA decode attention for one query token, split over the context: task (kv head h, split j) covers positions
-// [j * len, min((j + 1) * len, pos + 1)) with len = ceil((pos + 1) / S), for all g = nh / nkv query heads of h
+// [j * len, min((j + 1) * len, pos + 1)) with len = ceil((pos + 1) / S), rounded up to whole kAttnTileLen tiles when
+// it exceeds kAttnShortLen (plan_attention_split), for all g = nh / nkv query heads of h
 // (kHeadsPerPass at a time). The split holding `pos` first appends this token's K (qk-norm, RoPE) and V at the
 // slot vLLM assigned. Each split writes (m, l, acc) per query head; the last split of h to finish (counter, no
 // waiting) combines them into bf16 attention output:

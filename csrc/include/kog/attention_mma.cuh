@@ -74,23 +74,27 @@ struct MmaTile {
 
 template <int D>
 __device__ __forceinline__ void load_mma_tile(const KvSource& src, int end, int tile, int g, int t, MmaTile<D>& r) {
+  static_assert(MonoConfig::kAttnTileLen == 16, "a tile is the mma's 16 rows");
+  // The tile starts on a multiple of 16 inside one KV block (plan_attention_split): one block-table entry for all
+  // its rows, row j at row(tile) + j s_pos.
+  const int64_t base = tile < end ? src.row(tile) : -1;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int p = tile + g + 8 * h;
-    const int64_t off = p < end ? src.row(p) : -1;
+    const int j = g + 8 * h;
+    const int64_t off = base >= 0 && tile + j < end ? base + j * src.s_pos : -1;
     r.kok[h] = off >= 0;
 #pragma unroll
-    for (int j = 0; j < MmaTile<D>::KV4; ++j) {
-      r.k[h][j] = off >= 0 ? ld_cg_v4(src.k + off + (D / 4) * t + 8 * j) : make_uint4(0, 0, 0, 0);
+    for (int jj = 0; jj < MmaTile<D>::KV4; ++jj) {
+      r.k[h][jj] = off >= 0 ? ld_cg_v4(src.k + off + (D / 4) * t + 8 * jj) : make_uint4(0, 0, 0, 0);
     }
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const int p = tile + 2 * t + (i & 1) + 8 * (i >> 1);
-    const int64_t off = p < end ? src.row(p) : -1;
+    const int j = 2 * t + (i & 1) + 8 * (i >> 1);
+    const int64_t off = base >= 0 && tile + j < end ? base + j * src.s_pos : -1;
 #pragma unroll
-    for (int j = 0; j < MmaTile<D>::VV4; ++j) {
-      r.v[i][j] = off >= 0 ? ld_cg_v4(src.v + off + (D / 8) * g + 8 * j) : make_uint4(0, 0, 0, 0);
+    for (int jj = 0; jj < MmaTile<D>::VV4; ++jj) {
+      r.v[i][jj] = off >= 0 ? ld_cg_v4(src.v + off + (D / 8) * g + 8 * jj) : make_uint4(0, 0, 0, 0);
     }
   }
 }
