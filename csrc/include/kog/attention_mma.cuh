@@ -61,8 +61,9 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
 }
 
 // A tile's loads: K rows g and g + 8 ([D / 4] dimensions each, KV4 vectors), V rows 2t, 2t + 1, 2t + 8, 2t + 9
-// ([D / 8] dimensions, VV4 vectors); zeros where a position is past the split or unmapped (kok false: its scores
-// become -inf, its P zero).
+// ([D / 8] dimensions, VV4 vectors). A row past the split's end is read as the tile's first row instead (kok false:
+// its scores become -inf and its P zero, so its finite V adds +0); a tile wholly past the end or without a block is
+// zeros.
 template <int D>
 struct MmaTile {
   static constexpr int KV4 = D / 32;
@@ -76,26 +77,39 @@ template <int D>
 __device__ __forceinline__ void load_mma_tile(const KvSource& src, int end, int tile, int g, int t, MmaTile<D>& r) {
   static_assert(MonoConfig::kAttnTileLen == 16, "a tile is the mma's 16 rows");
   // The tile starts on a multiple of 16 inside one KV block (plan_attention_split): one block-table entry for all
-  // its rows, row j at row(tile) + j s_pos.
+  // its rows, row j at row(tile) + j s_pos. The same for every lane, so the branch below is warp-uniform and the
+  // loads under it carry no predicate: ptxas then issues V's with K's, before the first product (with a predicate
+  // per row it deferred V's past the softmax, a second memory latency per round, seen in the SASS).
   const int64_t base = tile < end ? src.row(tile) : -1;
+  if (base < 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      r.kok[h] = false;
+#pragma unroll
+      for (int jj = 0; jj < MmaTile<D>::KV4; ++jj) r.k[h][jj] = make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int jj = 0; jj < MmaTile<D>::VV4; ++jj) r.v[i][jj] = make_uint4(0, 0, 0, 0);
+    }
+    return;
+  }
+  const int rows = end - tile;  // rows of the tile inside the split (>= 1)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int j = g + 8 * h;
-    const int64_t off = base >= 0 && tile + j < end ? base + j * src.s_pos : -1;
-    r.kok[h] = off >= 0;
+    r.kok[h] = j < rows;
+    const bf16* row = src.k + base + (j < rows ? j : 0) * src.s_pos + (D / 4) * t;
 #pragma unroll
-    for (int jj = 0; jj < MmaTile<D>::KV4; ++jj) {
-      r.k[h][jj] = off >= 0 ? ld_cg_v4(src.k + off + (D / 4) * t + 8 * jj) : make_uint4(0, 0, 0, 0);
-    }
+    for (int jj = 0; jj < MmaTile<D>::KV4; ++jj) r.k[h][jj] = ld_cg_v4(row + 8 * jj);
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int j = 2 * t + (i & 1) + 8 * (i >> 1);
-    const int64_t off = base >= 0 && tile + j < end ? base + j * src.s_pos : -1;
+    const bf16* row = src.v + base + (j < rows ? j : 0) * src.s_pos + (D / 8) * g;
 #pragma unroll
-    for (int jj = 0; jj < MmaTile<D>::VV4; ++jj) {
-      r.v[i][jj] = off >= 0 ? ld_cg_v4(src.v + off + (D / 8) * g + 8 * jj) : make_uint4(0, 0, 0, 0);
-    }
+    for (int jj = 0; jj < MmaTile<D>::VV4; ++jj) r.v[i][jj] = ld_cg_v4(row + 8 * jj);
   }
 }
 
