@@ -73,43 +73,45 @@ struct MmaTile {
   bool kok[2];
 };
 
-template <int D>
-__device__ __forceinline__ void load_mma_tile(const KvSource& src, int end, int tile, int g, int t, MmaTile<D>& r) {
+// Row 0 of a tile in k / v (element offset), or -1 for a tile without rows (past the split's end, or no block). The
+// tile starts on a multiple of 16 inside one KV block (plan_attention_split): one block-table entry for all its
+// rows, row j at tile_row0 + j s_pos. The same for every lane, so the branches on it are warp-uniform and the loads
+// under them carry no predicate (with a predicate per row ptxas deferred V's loads past the softmax, seen in the
+// SASS).
+__device__ __forceinline__ int64_t tile_row0(const KvSource& src, int end, int tile) {
   static_assert(MonoConfig::kAttnTileLen == 16, "a tile is the mma's 16 rows");
-  // The tile starts on a multiple of 16 inside one KV block (plan_attention_split): one block-table entry for all
-  // its rows, row j at row(tile) + j s_pos. The same for every lane, so the branch below is warp-uniform and the
-  // loads under it carry no predicate: ptxas then issues V's with K's, before the first product (with a predicate
-  // per row it deferred V's past the softmax, a second memory latency per round, seen in the SASS).
-  const int64_t base = tile < end ? src.row(tile) : -1;
-  if (base < 0) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      r.kok[h] = false;
-#pragma unroll
-      for (int jj = 0; jj < MmaTile<D>::KV4; ++jj) r.k[h][jj] = make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-#pragma unroll
-      for (int jj = 0; jj < MmaTile<D>::VV4; ++jj) r.v[i][jj] = make_uint4(0, 0, 0, 0);
-    }
-    return;
-  }
-  const int rows = end - tile;  // rows of the tile inside the split (>= 1)
+  return tile < end ? src.row(tile) : -1;
+}
+
+// The K half of a tile's loads (rows g, g + 8) and its validity; the V half (rows 2t, 2t + 1, 2t + 8, 2t + 9).
+template <int D>
+__device__ __forceinline__ void load_mma_tile_k(const KvSource& src, int end, int tile, int g, int t, MmaTile<D>& r) {
+  const int64_t base = tile_row0(src, end, tile);
+  const int rows = end - tile;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int j = g + 8 * h;
-    r.kok[h] = j < rows;
+    r.kok[h] = base >= 0 && j < rows;
     const bf16* row = src.k + base + (j < rows ? j : 0) * src.s_pos + (D / 4) * t;
 #pragma unroll
-    for (int jj = 0; jj < MmaTile<D>::KV4; ++jj) r.k[h][jj] = ld_cg_v4(row + 8 * jj);
+    for (int jj = 0; jj < MmaTile<D>::KV4; ++jj) {
+      r.k[h][jj] = base >= 0 ? ld_cg_v4(row + 8 * jj) : make_uint4(0, 0, 0, 0);
+    }
   }
+}
+
+template <int D>
+__device__ __forceinline__ void load_mma_tile_v(const KvSource& src, int end, int tile, int g, int t, MmaTile<D>& r) {
+  const int64_t base = tile_row0(src, end, tile);
+  const int rows = end - tile;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int j = 2 * t + (i & 1) + 8 * (i >> 1);
     const bf16* row = src.v + base + (j < rows ? j : 0) * src.s_pos + (D / 8) * g;
 #pragma unroll
-    for (int jj = 0; jj < MmaTile<D>::VV4; ++jj) r.v[i][jj] = ld_cg_v4(row + 8 * jj);
+    for (int jj = 0; jj < MmaTile<D>::VV4; ++jj) {
+      r.v[i][jj] = base >= 0 ? ld_cg_v4(row + 8 * jj) : make_uint4(0, 0, 0, 0);
+    }
   }
 }
 
@@ -122,7 +124,7 @@ struct MmaState {
 };
 
 // One pass over the split for hq <= kMmaColumns query heads whose rotated q (fp32) are rows of qs [hq][D].
-// Tiles of a round are warp-contiguous: warp w takes [start + (r W + w) 16 kTiles, + 16 kTiles).
+// Rounds of kTiles tiles are warp-contiguous: warp w's round r covers [start + (r W + w) 16 kTiles, + 16 kTiles).
 template <int D>
 __device__ __forceinline__ MmaState<D> attend_positions_mma(const KvSource& src, const AttnTask& task, int hq,
                                                             float scale, const float* qs) {
@@ -148,33 +150,50 @@ __device__ __forceinline__ MmaState<D> attend_positions_mma(const KvSource& src,
   st.mrow[0] = st.mrow[1] = -INFINITY;
   st.lrow[0] = st.lrow[1] = 0.f;
 
-  for (int base = task.start + warp * 16 * kTiles; base < task.end; base += W * 16 * kTiles) {
-    MmaTile<D> tl[kTiles];
+  // Software-pipelined without a second buffer: a round's K registers are reloaded with the next round's K as soon
+  // as S^T has read them, and its V registers with the next round's V once O^T has, so the next round's loads are in
+  // flight through this round's softmax and products (the same registers as loading and using each round in turn).
+  constexpr int kStride = W * 16 * kTiles;  // between a warp's consecutive rounds
+  MmaTile<D> tl[kTiles];
+  int base = task.start + warp * 16 * kTiles;
+  if (base < task.end) {
 #pragma unroll
-    for (int u = 0; u < kTiles; ++u) load_mma_tile<D>(src, task.end, base + 16 * u, g, t, tl[u]);
+    for (int u = 0; u < kTiles; ++u) load_mma_tile_k<D>(src, task.end, base + 16 * u, g, t, tl[u]);
+#pragma unroll
+    for (int u = 0; u < kTiles; ++u) load_mma_tile_v<D>(src, task.end, base + 16 * u, g, t, tl[u]);
+  }
+  for (; base < task.end; base += kStride) {
+    float sc[kTiles][4];  // S^T per tile: [pos g][head 2t, 2t + 1], [pos g + 8][head 2t, 2t + 1]
 #pragma unroll
     for (int u = 0; u < kTiles; ++u) {
       const MmaTile<D>& r = tl[u];
-      float sc[4] = {0.f, 0.f, 0.f, 0.f};  // S^T: [pos g][head 2t, 2t + 1], [pos g + 8][head 2t, 2t + 1]
+      sc[u][0] = sc[u][1] = sc[u][2] = sc[u][3] = 0.f;
 #pragma unroll
       for (int s = 0; s < KS; ++s) {
         const uint32_t a[4] = {word_of(r.k[0][s / 2], 2 * (s % 2)), word_of(r.k[1][s / 2], 2 * (s % 2)),
                                word_of(r.k[0][s / 2], 2 * (s % 2) + 1), word_of(r.k[1][s / 2], 2 * (s % 2) + 1)};
-        mma_16816(sc, a, qb[s][0], qb[s][1]);
+        mma_16816(sc[u], a, qb[s][0], qb[s][1]);
       }
-      float p[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) sc[i] = r.kok[i >> 1] ? sc[i] * scale : -INFINITY;
+      for (int i = 0; i < 4; ++i) sc[u][i] = r.kok[i >> 1] ? sc[u][i] * scale : -INFINITY;
+    }
+    // (Past the split's end these loads read nothing and give zeros: no branch keeps the old K live.)
+#pragma unroll
+    for (int u = 0; u < kTiles; ++u) load_mma_tile_k<D>(src, task.end, base + kStride + 16 * u, g, t, tl[u]);
+#pragma unroll
+    for (int u = 0; u < kTiles; ++u) {
+      const MmaTile<D>& r = tl[u];
+      float p[4];
       float corr[2];
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
-        float mx = fmaxf(sc[c], sc[2 + c]);
+        float mx = fmaxf(sc[u][c], sc[u][2 + c]);
 #pragma unroll
         for (int off = 4; off < 32; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
         const float mn = fmaxf(st.mrow[c], mx);
         corr[c] = exp2_or_zero(st.mrow[c], mn);
-        p[c] = exp2_or_zero(sc[c], mn);
-        p[2 + c] = exp2_or_zero(sc[2 + c], mn);
+        p[c] = exp2_or_zero(sc[u][c], mn);
+        p[2 + c] = exp2_or_zero(sc[u][2 + c], mn);
         st.lrow[c] = st.lrow[c] * corr[c] + (p[c] + p[2 + c]);
         st.mrow[c] = mn;
       }
@@ -195,6 +214,7 @@ __device__ __forceinline__ MmaState<D> attend_positions_mma(const KvSource& src,
                                __byte_perm(w2, w3, 0x7632)};
         mma_16816(st.o[m], a, pb0, pb1);
       }
+      load_mma_tile_v<D>(src, task.end, base + kStride + 16 * u, g, t, tl[u]);
     }
   }
   // l over the warp's positions (each lane summed its rows g, g + 8); m is already equal across g.
