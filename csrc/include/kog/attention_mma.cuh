@@ -136,47 +136,21 @@ __device__ __forceinline__ MmaState<D> attend_positions_mma(const KvSource& src,
     for (int u = 0; u < kTiles; ++u) load_mma_tile<D>(src, task.end, base + 16 * u, g, t, tl[u]);
 #pragma unroll
     for (int u = 0; u < kTiles; ++u) {
+      // Timing probe (this branch only): the loads' bytes folded into the accumulators, no products.
       const MmaTile<D>& r = tl[u];
-      float sc[4] = {0.f, 0.f, 0.f, 0.f};  // S^T: [pos g][head 2t, 2t + 1], [pos g + 8][head 2t, 2t + 1]
+      uint32_t x = 0;
 #pragma unroll
-      for (int s = 0; s < KS; ++s) {
-        const uint32_t a[4] = {word_of(r.k[0][s / 2], 2 * (s % 2)), word_of(r.k[1][s / 2], 2 * (s % 2)),
-                               word_of(r.k[0][s / 2], 2 * (s % 2) + 1), word_of(r.k[1][s / 2], 2 * (s % 2) + 1)};
-        mma_16816(sc, a, qb[s][0], qb[s][1]);
-      }
-      float p[4];
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) sc[i] = r.kok[i >> 1] ? sc[i] * scale : -INFINITY;
-      float corr[2];
+        for (int j = 0; j < MmaTile<D>::KV4; ++j) x ^= r.k[h][j].x ^ r.k[h][j].y ^ r.k[h][j].z ^ r.k[h][j].w;
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        float mx = fmaxf(sc[c], sc[2 + c]);
+      for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int off = 4; off < 32; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-        const float mn = fmaxf(st.mrow[c], mx);
-        corr[c] = exp2_or_zero(st.mrow[c], mn);
-        p[c] = exp2_or_zero(sc[c], mn);
-        p[2 + c] = exp2_or_zero(sc[2 + c], mn);
-        st.lrow[c] = st.lrow[c] * corr[c] + (p[c] + p[2 + c]);
-        st.mrow[c] = mn;
-      }
-      // P^T halves (positions 0-7, 8-15) as bf16, transposed into B: [k = pos 2t, 2t + 1 (+ 8)][n = head g].
-      const uint32_t pb0 = movmatrix_trans(pack_bf16x2(p[0], p[1]));
-      const uint32_t pb1 = movmatrix_trans(pack_bf16x2(p[2], p[3]));
-#pragma unroll
-      for (int m = 0; m < KS; ++m) {
-        // O^T C: [dim (D / 8) g + 2m][head 2t, 2t + 1], [dim + 1][head 2t, 2t + 1]
-        st.o[m][0] *= corr[0];
-        st.o[m][1] *= corr[1];
-        st.o[m][2] *= corr[0];
-        st.o[m][3] *= corr[1];
-        const int vj = m / 4, vw = m % 4;  // word m of the lane's [D / 8] dimensions
-        const uint32_t w0 = word_of(r.v[0][vj], vw), w1 = word_of(r.v[1][vj], vw);
-        const uint32_t w2 = word_of(r.v[2][vj], vw), w3 = word_of(r.v[3][vj], vw);
-        const uint32_t a[4] = {__byte_perm(w0, w1, 0x5410), __byte_perm(w0, w1, 0x7632), __byte_perm(w2, w3, 0x5410),
-                               __byte_perm(w2, w3, 0x7632)};
-        mma_16816(st.o[m], a, pb0, pb1);
-      }
+        for (int j = 0; j < MmaTile<D>::VV4; ++j) x ^= r.v[i][j].x ^ r.v[i][j].y ^ r.v[i][j].z ^ r.v[i][j].w;
+      st.o[0][0] += __uint_as_float(x & 0x3f800000u);
+      st.lrow[0] += 1.f;
+      st.lrow[1] += 1.f;
+      st.mrow[0] = st.mrow[1] = 0.f;
     }
   }
   // l over the warp's positions (each lane summed its rows g, g + 8); m is already equal across g.
