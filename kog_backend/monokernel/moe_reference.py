@@ -8,10 +8,12 @@ taken by the layer output's readers.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 
 import torch
 
 from kog_backend.monokernel.moe_plan import MoePlan, expert_chunk
+from kog_backend.monokernel.plan import StagePlan
 from kog_backend.reference import moe_step
 from kog_backend.reference.torch_step import silu_and_mul
 
@@ -23,6 +25,13 @@ class MoeStages:
     act: torch.Tensor  # [k, I] bf16: silu(gate) * up of each slot's expert
     y: torch.Tensor  # [k, H] bf16: each slot's down projection scaled by its routing weight
     out: torch.Tensor  # [H] bf16: the slots' sum in slot order (what the layer output's readers add)
+
+
+def _expert_chunks(stage: StagePlan, route: moe_step.Route) -> Iterator[tuple[int, int, slice]]:
+    """(slot, its routed expert, the chunk's units) of each chunk of an expert stage, in chunk order."""
+    for c in range(stage.chunks):
+        s, first, units = expert_chunk(stage, c)
+        yield s, int(route.experts[s]), slice(first, first + units)
 
 
 def moe_block_stages(lw: moe_step.MoeLayerWeights, x: torch.Tensor, moe: moe_step.MoeShape, plan: MoePlan) -> MoeStages:
@@ -38,19 +47,11 @@ def moe_block_stages(lw: moe_step.MoeLayerWeights, x: torch.Tensor, moe: moe_ste
         logits[rows] = (lw.router[rows].float() @ x.float()).to(dt)
     route = moe_step.route(logits, moe)
     act = torch.full((k, I), float("nan"), dtype=dt)
-    st = plan.expert_gu
-    for c in range(st.chunks):
-        s, first, units = expert_chunk(st, c)
-        e = int(route.experts[s])
-        j = slice(first, first + units)
+    for s, e, j in _expert_chunks(plan.expert_gu, route):
         gate = (lw.w13[e, :I][j].float() @ x.float()).to(dt)
         up = (lw.w13[e, I:][j].float() @ x.float()).to(dt)
         act[s, j] = silu_and_mul(torch.cat([gate, up]))
     y = torch.full((k, H), float("nan"), dtype=dt)
-    st = plan.expert_down
-    for c in range(st.chunks):
-        s, first, units = expert_chunk(st, c)
-        e = int(route.experts[s])
-        h = slice(first, first + units)
+    for s, e, h in _expert_chunks(plan.expert_down, route):
         y[s, h] = ((lw.w2[e, h].float() @ act[s].float()) * route.weights[s]).to(dt)
     return MoeStages(router_logits=logits, route=route, act=act, y=y, out=moe_step.combine(y))
