@@ -200,6 +200,8 @@ CASES = [
     ("tiling", "slots", lambda: tiling.slots_reason(60000, 2048, 120000, 32768, 1)),
     ("tiling", "filtered_grid", lambda: tiling.filtered_sampling_reason(300, 8, 100, 1000)),
     ("tiling", "filtered_work", lambda: tiling.filtered_sampling_reason(33, 4000, 64000, 32768)),
+    ("tiling", "moe_experts", lambda: tiling.moe_reason(300, 8)),
+    ("tiling", "moe_top_k", lambda: tiling.moe_reason(128, 9)),
     ("monokernel", "refused", lambda: monokernel.refused("kog_backend._C is not built")),
     ("monokernel", "refused", lambda: monokernel.refused(model.head_dim_reason(96))),
     ("monokernel", "tp_refused", lambda: monokernel.refused("shared buffer: x", tp=True)),
