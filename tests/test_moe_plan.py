@@ -6,6 +6,8 @@ moe_step's."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 
 import pytest
 import torch
@@ -112,3 +114,14 @@ def test_chunked_block_is_moe_step(name, seed):
     # within one bf16 rounding step.
     torch.testing.assert_close(got.y, moe_step.expert_outputs(x, lw.w13, lw.w2, r), rtol=8e-3, atol=1e-5)
     torch.testing.assert_close(got.out, moe_step.moe_block(lw, x, moe), rtol=1.6e-2, atol=2e-5)
+
+
+def test_route_bounds_are_the_kernels():
+    """tiling's MOE_MAX_EXPERTS / MOE_MAX_TOP_K are moe_route.cuh's kMoeMaxExperts / kMoeMaxTopK (the route's
+    device function is in no extension the host loads at start, so the layout check cannot compare them)."""
+    from kog_backend.path.gate import tiling
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    text = open(os.path.join(root, "csrc", "include", "kog", "moe_route.cuh")).read()
+    got = {name: int(v) for name, v in re.findall(r"constexpr int (kMoeMax\w+) = (\d+);", text)}
+    assert got == {"kMoeMaxExperts": tiling.MOE_MAX_EXPERTS, "kMoeMaxTopK": tiling.MOE_MAX_TOP_K}

@@ -37,9 +37,15 @@ TORCH_LIBRARY(kog_test, m) {
   m.def("gumbel_argmax_test(Tensor logits, float temperature, float min_p, int top_k, int cut_key, int cut_col, "
         "int seed, int position, bool use_fp64, int num_slices, Tensor(a!) params, Tensor(b!) processed, "
         "Tensor(c!) slice_best, Tensor(d!) token) -> ()");
+
+  // --- MoE route (moe_route_test.cu) ---
+  // Per row of bf16 router logits [rows, E]: the top_k experts (int32, decreasing probability, ties to the lower
+  // index) and their fp32 weights (renormalised when norm_topk_prob), one warp per row.
+  m.def("moe_route_test(Tensor logits, int top_k, bool norm_topk_prob, Tensor(a!) ids, Tensor(b!) weights) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(kog_test, CUDA, m) {
+  m.impl("moe_route_test", &kog::moe_route_test);
   m.impl("philox_test", &kog::philox_test);
   m.impl("philox_uniform_test", &kog::philox_uniform_test);
   m.impl("gumbel_noise_words_test", &kog::gumbel_noise_words_test);

@@ -20,4 +20,8 @@ void gumbel_argmax_test(const at::Tensor& logits, double temperature, double min
                         int64_t cut_col, int64_t seed, int64_t position, bool use_fp64, int64_t num_slices,
                         at::Tensor& params, at::Tensor& processed, at::Tensor& slice_best, at::Tensor& token);
 
+// --- MoE route (moe_route_test.cu) ---
+void moe_route_test(const at::Tensor& logits, int64_t top_k, bool norm_topk_prob, at::Tensor& ids,
+                    at::Tensor& weights);
+
 }  // namespace kog
