@@ -32,7 +32,8 @@ def test_test_extension_binds_every_test_launcher():
     test = _defs(os.path.join(CSRC, "testing", "test_bindings.cpp"))
     assert test[0] == "version"
     assert sorted(test[1:]) == sorted(
-        ["hold_sms_test", "philox_test", "philox_uniform_test", "gumbel_noise_words_test", "gumbel_argmax_test"]
+        ["hold_sms_test", "philox_test", "philox_uniform_test", "gumbel_noise_words_test", "gumbel_argmax_test",
+         "moe_route_test"]
     )
     assert "TORCH_LIBRARY(kog_test," in open(os.path.join(CSRC, "testing", "test_bindings.cpp")).read()
 
