@@ -42,7 +42,8 @@ class MoePlan:
     def layer_bytes(self) -> int:
         """Weight bytes one MoE layer streams per token: attention's projections, the router and k experts."""
         d = self.dense.stages
-        return d[0].bytes + d[1].bytes + self.router.bytes + self.top_k * (self.expert_gu.bytes + self.expert_down.bytes)
+        experts = self.top_k * (self.expert_gu.bytes + self.expert_down.bytes)
+        return d[0].bytes + d[1].bytes + self.router.bytes + experts
 
 
 def expert_chunk(stage: StagePlan, c: int) -> tuple[int, int, int]:

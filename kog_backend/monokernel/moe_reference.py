@@ -1,7 +1,7 @@
 """The MoE block as the MoE monokernel's schedule computes it (moe_plan), chunk by chunk, in torch: the buffers a
 kernel test compares stage by stage. Each chunk computes its rows as kog_backend.reference.moe_step does for the
-whole matrix (fp32 dot products, the same roundings), so the result is moe_step.moe_block's; what this adds is the
-schedule: which slot and rows each chunk of router, expert_gu and expert_down covers, and that the slots' sum is
+whole matrix (fp32 dot products, the same roundings), so the result is moe_step.moe_block's up to the summation order
+inside each dot product; what this adds is the schedule: which slot and rows each chunk of router, expert_gu and expert_down covers, and that the slots' sum is
 taken by the layer output's readers.
 """
 
