@@ -3,7 +3,9 @@ reading that needs no GPU. For each `monokernel_kernel<D, HP, sampled, tp, fp8>`
 holds `HMMA` instructions (the pass's round: load a warp's tiles, S^T = K Q^T, the online softmax, O^T += V^T P^T)
 and prints its instruction count, the counts of the instructions that matter for a latency-bound round, and the
 order of its global loads (L), shared loads (d), mma (M), shuffles (S) and exp2 (E): loads that appear after the
-first M wait for a second memory round trip inside the round.
+first M wait for a second memory round trip inside the round. It also counts the whole instantiation's local-memory
+accesses (STL / LDL: spills and stack arrays) and those inside loops with FFMA (the stages' GEMV loops), where a
+change to the attention code can push register spills into the weight stream's hot path.
 
     python benchmarks/sass_attention_loop.py kog_backend/_C.abi3.so [OTHER.so ...] [--kernel Li64ELi4ELb0ELb0ELb0E]
 
@@ -82,6 +84,22 @@ def round_body(ins: list[tuple[int, str]]) -> list[str] | None:
     return best
 
 
+def local_accesses(ins: list[tuple[int, str]]) -> tuple[int, int, int]:
+    """(STL, LDL in the whole function, local accesses inside loops of fewer than 1,000 instructions that hold an
+    FFMA: the stages' GEMV loops)."""
+    stl = sum(opcode(t) == "STL" for _, t in ins)
+    ldl = sum(opcode(t) == "LDL" for _, t in ins)
+    hot = 0
+    for addr, text in ins:
+        m = BRANCH.search(text)
+        if not m or int(m.group(1), 16) > addr:
+            continue
+        body = [t for a, t in ins if int(m.group(1), 16) <= a <= addr]
+        if len(body) < 1000 and any(opcode(t) == "FFMA" for t in body):
+            hot += sum(opcode(t) in ("STL", "LDL") for t in body)
+    return stl, ldl, hot
+
+
 def opcode(text: str) -> str:
     return re.sub(r"^@!?U?P[T0-9]\s+", "", text).split()[0].split(".")[0]
 
@@ -111,7 +129,9 @@ def main() -> None:
                 continue
             n, ops, order = got
             counts = " ".join(f"{k} {ops[k]}" for k in COUNTED if ops[k])
-            print(f"{name}: {n} instructions; {counts}\n    {order}")
+            stl, ldl, hot = local_accesses(ins)
+            print(f"{name}: {n} instructions; {counts}\n    {order}\n    local memory: {stl} STL, {ldl} LDL; "
+                  f"{hot} inside GEMV loops")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,20 @@ def test_round_body_is_the_innermost_loop_with_products():
     assert mod.opcode("@!P1 BRA 0x10") == "BRA" and mod.opcode("@P0 LDG.E.128 R8, [R2]") == "LDG"
 
 
+def test_local_memory_in_gemv_loops():
+    mod = benchmark_scripts.load("sass_attention_loop")
+    ins = [
+        (0x00, "STL [R1+0x8], R2"),
+        (0x10, "FFMA R3, R4, R5, R3"),
+        (0x20, "LDL R6, [R1+0x8]"),
+        (0x30, "@P0 BRA 0x10"),  # a GEMV-like loop with one reload
+        (0x40, "LDL R7, [R1+0xc]"),
+        (0x50, "IADD3 R8, R8, 0x1, RZ"),
+        (0x60, "@P1 BRA 0x40"),  # a loop without FFMA: not counted as hot
+    ]
+    assert mod.local_accesses(ins) == (1, 2, 1)
+
+
 def test_no_loop_with_products():
     mod = benchmark_scripts.load("sass_attention_loop")
     assert mod.summary([(0, "HMMA.16816.F32.BF16 R1, R2, R3, RZ"), (16, "EXIT")]) is None
