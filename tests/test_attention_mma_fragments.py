@@ -75,7 +75,7 @@ def _warp_pass(q, k, v, start, end, hp, warp=0, warps=1):
                 rows, oks = [], []
                 for h in range(2):
                     # load_mma_tile: a row past the split's end reads the tile's first row (masked by ok); a tile
-                    # wholly past the end adds nothing (the kernel skips it; zeros here).
+                    # wholly past the end is zeros.
                     p = tile + g + 8 * h
                     ok = p < end
                     seg = (
