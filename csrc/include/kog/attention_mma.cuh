@@ -62,8 +62,8 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
 
 // A tile's loads: K rows g and g + 8 ([D / 4] dimensions each, KV4 vectors), V rows 2t, 2t + 1, 2t + 8, 2t + 9
 // ([D / 8] dimensions, VV4 vectors). A row past the split's end is read as the tile's first row instead (kok false:
-// its scores become -inf and its P zero, so its finite V adds +0). A tile wholly past the end or without a block
-// (valid false) is neither loaded nor used: it would add nothing.
+// its scores become -inf and its P zero, so its finite V adds +0); a tile wholly past the end or without a block is
+// zeros.
 template <int D>
 struct MmaTile {
   static constexpr int KV4 = D / 32;
@@ -71,19 +71,30 @@ struct MmaTile {
   uint4 k[2][KV4];
   uint4 v[4][VV4];
   bool kok[2];
-  bool valid;
 };
 
 template <int D>
 __device__ __forceinline__ void load_mma_tile(const KvSource& src, int end, int tile, int g, int t, MmaTile<D>& r) {
   static_assert(MonoConfig::kAttnTileLen == 16, "a tile is the mma's 16 rows");
   // The tile starts on a multiple of 16 inside one KV block (plan_attention_split): one block-table entry for all
-  // its rows, row j at row(tile) + j s_pos. The same for every lane, so the branches on it are warp-uniform and the
-  // loads under them carry no predicate: ptxas then issues V's loads with K's, before the first product (with a
-  // predicate per row it deferred V's past the softmax, a second memory latency per round, seen in the SASS).
+  // its rows, row j at row(tile) + j s_pos. The same for every lane, so the branch below is warp-uniform and the
+  // loads under it carry no predicate: ptxas then issues V's with K's, before the first product (with a predicate
+  // per row it deferred V's past the softmax, a second memory latency per round, seen in the SASS).
   const int64_t base = tile < end ? src.row(tile) : -1;
-  r.valid = base >= 0;
-  if (!r.valid) return;
+  if (base < 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      r.kok[h] = false;
+#pragma unroll
+      for (int jj = 0; jj < MmaTile<D>::KV4; ++jj) r.k[h][jj] = make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int jj = 0; jj < MmaTile<D>::VV4; ++jj) r.v[i][jj] = make_uint4(0, 0, 0, 0);
+    }
+    return;
+  }
   const int rows = end - tile;  // rows of the tile inside the split (>= 1)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -144,7 +155,6 @@ __device__ __forceinline__ MmaState<D> attend_positions_mma(const KvSource& src,
 #pragma unroll
     for (int u = 0; u < kTiles; ++u) {
       const MmaTile<D>& r = tl[u];
-      if (!r.valid) continue;  // (warp-uniform; only a round's last tiles can be past the split's end)
       float sc[4] = {0.f, 0.f, 0.f, 0.f};  // S^T: [pos g][head 2t, 2t + 1], [pos g + 8][head 2t, 2t + 1]
 #pragma unroll
       for (int s = 0; s < KS; ++s) {
