@@ -34,6 +34,15 @@ namespace kog {
 // Query heads one tensor-core pass can take: the mma's n = 8 columns.
 constexpr int kMmaColumns = 8;
 
+// 2^(x - m), 0 for x = -inf: exp2_or_zero (numerics.cuh) on the MUFU directly (ex2.approx.ftz). exp2f wraps the same
+// MUFU in a range fix for results below 2^-126 (a compare, two multiplies and predicate moves per call, seen in the
+// SASS), which this pass does not need: such a P is flushed to 0 instead of a denormal, below anything it adds to.
+__device__ __forceinline__ float exp2_ftz_or_zero(float x, float m) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x - m));
+  return x == -INFINITY ? 0.f : y;
+}
+
 // D += A . B, m16n8k16, bf16 inputs, fp32 accumulators.
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -172,22 +181,30 @@ __device__ __forceinline__ MmaState<D> attend_positions_mma(const KvSource& src,
 #pragma unroll
         for (int off = 4; off < 32; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
         const float mn = fmaxf(st.mrow[c], mx);
-        corr[c] = exp2_or_zero(st.mrow[c], mn);
-        p[c] = exp2_or_zero(sc[c], mn);
-        p[2 + c] = exp2_or_zero(sc[2 + c], mn);
+        corr[c] = exp2_ftz_or_zero(st.mrow[c], mn);
+        p[c] = exp2_ftz_or_zero(sc[c], mn);
+        p[2 + c] = exp2_ftz_or_zero(sc[2 + c], mn);
         st.lrow[c] = st.lrow[c] * corr[c] + (p[c] + p[2 + c]);
         st.mrow[c] = mn;
       }
       // P^T halves (positions 0-7, 8-15) as bf16, transposed into B: [k = pos 2t, 2t + 1 (+ 8)][n = head g].
       const uint32_t pb0 = movmatrix_trans(pack_bf16x2(p[0], p[1]));
       const uint32_t pb1 = movmatrix_trans(pack_bf16x2(p[2], p[3]));
+      // corr is exactly 1 (2^0) where a column's running max did not move, and multiplying by 1 is the identity: the
+      // warp rescales O only when some lane's column moved (a warp-uniform vote; after a split's first tiles the max
+      // rarely moves).
+      if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
+#pragma unroll
+        for (int m = 0; m < KS; ++m) {
+          st.o[m][0] *= corr[0];
+          st.o[m][1] *= corr[1];
+          st.o[m][2] *= corr[0];
+          st.o[m][3] *= corr[1];
+        }
+      }
 #pragma unroll
       for (int m = 0; m < KS; ++m) {
         // O^T C: [dim (D / 8) g + 2m][head 2t, 2t + 1], [dim + 1][head 2t, 2t + 1]
-        st.o[m][0] *= corr[0];
-        st.o[m][1] *= corr[1];
-        st.o[m][2] *= corr[0];
-        st.o[m][3] *= corr[1];
         const int vj = m / 4, vw = m % 4;  // word m of the lane's [D / 8] dimensions
         const uint32_t w0 = word_of(r.v[0][vj], vw), w1 = word_of(r.v[1][vj], vw);
         const uint32_t w2 = word_of(r.v[2][vj], vw), w3 = word_of(r.v[3][vj], vw);
