@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from kog_backend.monokernel import moe_plan, moe_reference
+from kog_backend.monokernel.synthetic import make_shape
 from kog_backend.path.model_spec import DecoderShape
 from kog_backend.reference import moe_step, torch_step
 from kog_backend.tools.fixtures.shapes import SHAPES, weight_bytes_per_token
@@ -22,14 +23,9 @@ SMS = 132  # H100 / H200
 
 def _shapes(name: str) -> tuple[DecoderShape, moe_step.MoeShape]:
     c = SHAPES[name]
-    H, nh = c["hidden_size"], c["num_attention_heads"]
-    shape = DecoderShape(
-        arch="qwen3", num_layers=c["num_hidden_layers"], hidden_size=H, num_heads=nh,
-        num_kv_heads=c["num_key_value_heads"], head_dim=c["head_dim"], intermediate_size=c["intermediate_size"],
-        vocab_size=c["vocab_size"], padded_vocab_local=-(-c["vocab_size"] // 64) * 64, vocab_start=0,
-        rms_eps=c["rms_norm_eps"], qk_norm=True, tied_embeddings=c["tie_word_embeddings"],
-        max_position=c["max_position_embeddings"],
-    )  # fmt: skip
+    shape = make_shape("qwen3", c["num_hidden_layers"], c["hidden_size"], c["num_attention_heads"],
+                       c["num_key_value_heads"], c["head_dim"], c["intermediate_size"], c["vocab_size"],
+                       c["tie_word_embeddings"], c["max_position_embeddings"])  # fmt: skip
     moe = moe_step.MoeShape(num_experts=c["num_experts"], top_k=c["num_experts_per_tok"],
                             intermediate_size=c["moe_intermediate_size"], norm_topk_prob=c["norm_topk_prob"])
     return shape, moe

@@ -48,7 +48,8 @@ class MoePlan:
 
 def expert_chunk(stage: StagePlan, c: int) -> tuple[int, int, int]:
     """Chunk c of an expert stage -> (slot, first unit, units): with per_slot = ceil(N / nu) chunks per slot, slot
-    c // per_slot and units [j nu, min((j + 1) nu, N)) of that slot's expert matrix, j = c % per_slot."""
+    c // per_slot and units [j nu, min((j + 1) nu, N)) of that slot's expert matrix, j = c % per_slot. For the
+    router (one slot) it is slot 0 and the chunk's rows."""
     if not 0 <= c < stage.chunks:
         raise IndexError(f"chunk {c} of {stage.chunks}")
     slot, j = divmod(c, math.ceil(stage.n / stage.nu))

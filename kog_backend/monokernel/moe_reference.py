@@ -40,10 +40,9 @@ def moe_block_stages(lw: moe_step.MoeLayerWeights, x: torch.Tensor, moe: moe_ste
     H, E, k, I = x.shape[0], moe.num_experts, moe.top_k, moe.intermediate_size
     dt = lw.w2.dtype
     logits = torch.full((E,), float("nan"), dtype=dt)
-    st = plan.router
-    for c in range(st.chunks):
-        r0 = c * st.nu
-        rows = slice(r0, min(r0 + st.nu, E))
+    for c in range(plan.router.chunks):  # one slot: expert_chunk gives the chunk's rows
+        _, first, units = expert_chunk(plan.router, c)
+        rows = slice(first, first + units)
         logits[rows] = (lw.router[rows].float() @ x.float()).to(dt)
     route = moe_step.route(logits, moe)
     act = torch.full((k, I), float("nan"), dtype=dt)

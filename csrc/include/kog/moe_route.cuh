@@ -40,9 +40,7 @@ __device__ __forceinline__ void moe_route_warp(const uint16_t* logits, int E, in
     p[j] = lane + 32 * j < E ? expf(p[j] - mx) : 0.f;
     sum += p[j];
   }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  const float inv = 1.f / sum;
+  const float inv = 1.f / warp_sum(sum);
 #pragma unroll
   for (int j = 0; j < kMoeProbsPerLane; ++j) p[j] *= inv;
   // k rounds of the warp's largest key: the probability's bits above (non-negative floats order as their bits),
