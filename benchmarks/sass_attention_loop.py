@@ -16,6 +16,7 @@ wheels (`pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`, which put them
 from __future__ import annotations
 
 import argparse
+import bisect
 import collections
 import os
 import re
@@ -23,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
 
 KERNEL = re.compile(r"Function : (_ZN3kog17monokernel_kernelI(\S+)EEvNS_8StepArgsE)")
@@ -71,17 +73,18 @@ def parse_sass(text: str) -> dict[str, list[tuple[int, str]]]:
     return out
 
 
-def round_body(ins: list[tuple[int, str]]) -> list[str] | None:
-    """The smallest loop (a backward branch and its target) that holds an HMMA."""
-    best = None
-    for addr, text in ins:
+def loops(ins: list[tuple[int, str]]) -> Iterator[list[str]]:
+    """Each loop's body: the instructions from a backward branch's target to the branch (addresses ascend)."""
+    addrs = [a for a, _ in ins]
+    for i, (addr, text) in enumerate(ins):
         m = BRANCH.search(text)
-        if not m or int(m.group(1), 16) > addr:
-            continue
-        body = [t for a, t in ins if int(m.group(1), 16) <= a <= addr]
-        if any("HMMA" in t for t in body) and (best is None or len(body) < len(best)):
-            best = body
-    return best
+        if m and int(m.group(1), 16) <= addr:
+            yield [t for _, t in ins[bisect.bisect_left(addrs, int(m.group(1), 16)) : i + 1]]
+
+
+def round_body(ins: list[tuple[int, str]]) -> list[str] | None:
+    """The smallest loop that holds an HMMA."""
+    return min((body for body in loops(ins) if any("HMMA" in t for t in body)), key=len, default=None)
 
 
 def local_accesses(ins: list[tuple[int, str]]) -> tuple[int, int, int]:
@@ -89,14 +92,11 @@ def local_accesses(ins: list[tuple[int, str]]) -> tuple[int, int, int]:
     FFMA: the stages' GEMV loops)."""
     stl = sum(opcode(t) == "STL" for _, t in ins)
     ldl = sum(opcode(t) == "LDL" for _, t in ins)
-    hot = 0
-    for addr, text in ins:
-        m = BRANCH.search(text)
-        if not m or int(m.group(1), 16) > addr:
-            continue
-        body = [t for a, t in ins if int(m.group(1), 16) <= a <= addr]
-        if len(body) < 1000 and any(opcode(t) == "FFMA" for t in body):
-            hot += sum(opcode(t) in ("STL", "LDL") for t in body)
+    hot = sum(
+        sum(opcode(t) in ("STL", "LDL") for t in body)
+        for body in loops(ins)
+        if len(body) < 1000 and any(opcode(t) == "FFMA" for t in body)
+    )
     return stl, ldl, hot
 
 
