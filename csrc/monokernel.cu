@@ -443,7 +443,7 @@ std::vector<int64_t> monokernel_config() {
           burst::BurstSamplingConfig::kGridBytes, burst::smem_bytes(0), kCtrSampleArrive,
           C::kSlotAlign,
           fp8_span_bytes(2048), fp8_span_bytes(14336), kFp8PerTensor, kFp8PerRow, kFp8Block128,
-          C::kAttnMode, kAttnModeRounds, kAttnModeMma, kAttnModeMmaWide};
+          C::kAttnMode, kAttnModeRounds, kAttnModeMma, kAttnModeMmaWide, C::kAttnTileLen};
 }
 
 }  // namespace kog

@@ -199,14 +199,15 @@ def test_step_matches_reference(arch, tied, head_dim, gqa, ctx):
     _step_case(arch, tied, head_dim, gqa, ctx, {"attn_single_ctx": 0} if ctx % 2 else {})
 
 
-@pytest.mark.parametrize("ctx", [33, 300, 1001, 4096, 31999])
+@pytest.mark.parametrize("ctx", [33, 300, 600, 1001, 4096, 31999])
 @pytest.mark.parametrize("gqa", [1, 4, 8])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("mode", ["rounds", "mma", "mma_wide"])
 def test_attention_modes_match_reference(mode, head_dim, gqa, ctx):
     """The attention modes of long splits (attn_mode: rounds on the CUDA cores; mma on the tensor cores; mma_wide,
     GQA 8 in one pass): every stage and the logits against the reference, at split lengths of one round plus a few
-    positions (ctx 33 in one split), an odd and an even number of rounds, and 2,000 positions per split (ctx
+    positions (ctx 33 in one split), an odd and an even number of rounds, splits rounded up to whole 16-position tiles
+    so that the last ones are empty (ctx 600 over 16 splits: 13 of 48 positions), and 2,000 positions per split (ctx
     31999)."""
     code = _config({"rounds": "kAttnModeRounds", "mma": "kAttnModeMma", "mma_wide": "kAttnModeMmaWide"}[mode])
     _step_case("llama", True, head_dim, gqa, ctx, {"attn_mode": code, "attn_single_ctx": 64 if ctx == 33 else 0})

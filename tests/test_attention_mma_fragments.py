@@ -74,9 +74,15 @@ def _warp_pass(q, k, v, start, end, hp, warp=0, warps=1):
                 g, t = lane >> 2, lane & 3
                 rows, oks = [], []
                 for h in range(2):
+                    # load_mma_tile: a row past the split's end reads the tile's first row (masked by ok); a tile
+                    # wholly past the end is zeros.
                     p = tile + g + 8 * h
                     ok = p < end
-                    seg = k[p, (D // 4) * t : (D // 4) * (t + 1)] if ok else torch.zeros(D // 4, dtype=torch.float64)
+                    seg = (
+                        k[p if ok else tile, (D // 4) * t : (D // 4) * (t + 1)]
+                        if tile < end
+                        else torch.zeros(D // 4, dtype=torch.float64)
+                    )
                     rows.append(_words(seg))
                     oks.append(ok)
                 kw.append(rows)
@@ -84,7 +90,11 @@ def _warp_pass(q, k, v, start, end, hp, warp=0, warps=1):
                 vs = []
                 for i in range(4):
                     p = tile + 2 * t + (i & 1) + 8 * (i >> 1)
-                    seg = v[p, (D // 8) * g : (D // 8) * (g + 1)] if p < end else torch.zeros(D // 8, dtype=torch.float64)
+                    seg = (
+                        v[p if p < end else tile, (D // 8) * g : (D // 8) * (g + 1)]
+                        if tile < end
+                        else torch.zeros(D // 8, dtype=torch.float64)
+                    )
                     vs.append(_words(seg))
                 vw.append(vs)
             sc = [[0.0] * 4 for _ in range(LANES)]
@@ -145,7 +155,7 @@ def _warp_pass(q, k, v, start, end, hp, warp=0, warps=1):
 
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("hp", [1, 2, 4, 5, 8])
-@pytest.mark.parametrize("start,end", [(0, 16), (3, 40), (5, 5 + 96)])
+@pytest.mark.parametrize("start,end", [(0, 16), (3, 40), (5, 5 + 96), (48, 48 + 33), (0, 1)])
 def test_fragment_maps_give_attention(head_dim, hp, start, end):
     gen = torch.Generator().manual_seed(head_dim * 100 + hp * 10 + end)
     T = end + 64  # positions past `end` hold values the pass must not read

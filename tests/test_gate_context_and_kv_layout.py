@@ -87,6 +87,13 @@ def test_known_kv_layouts(order, block, nkv, head_dim):
     assert eligibility.kv_cache_unsupported_reason(_flash_cache(64, nkv, block, head_dim, order), head_dim) is None
 
 
+def test_admitted_block_sizes_are_powers_of_two():
+    """The attention split takes a position's block and row as a shift and a mask (attn_split.cuh): a block size
+    that is not a power of two must be refused, not admitted."""
+    assert all(b > 0 and b & (b - 1) == 0 for b in TESTED_BLOCK_SIZES)
+    assert eligibility.kv_cache_unsupported_reason(_flash_cache(64, 8, 48, 128, "NHD"), 128) is not None
+
+
 def test_padded_pages_are_known():
     """vLLM pads pages for some configurations (page_size_padded): only the block stride grows."""
     page = 16 * 8 * 256

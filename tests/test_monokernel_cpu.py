@@ -259,7 +259,9 @@ def test_unsupported_reason_on_cpu():
 # ---- reference of the schedule vs torch_step and HF ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("ctx,splits", [(1, 16), (15, 16), (16, 16), (17, 16), (100, 7), (33, 1)])
+@pytest.mark.parametrize(
+    "ctx,splits", [(1, 16), (15, 16), (16, 16), (17, 16), (100, 7), (33, 1), (100, 2), (520, 16), (1000, 16)]
+)
 @pytest.mark.parametrize("gqa", [1, 4])
 def test_split_attention_matches_softmax(ctx, splits, gqa):
     g = torch.Generator().manual_seed(ctx * 31 + splits + gqa)
@@ -274,6 +276,9 @@ def test_split_attention_matches_softmax(ctx, splits, gqa):
     assert sum(max(0, e - s) for s, e in bounds) == ctx
     for j, (s, e) in enumerate(bounds):
         assert torch.isinf(m[:, j]).all() == (s >= e)
+    # Splits the tensor-core pass takes start on whole tiles (one KV block per tile).
+    if (ctx + splits - 1) // splits > layout.CONFIG["kAttnShortLen"]:
+        assert all(s % layout.CONFIG["kAttnTileLen"] == 0 for s, _ in bounds)
 
 
 transformers = pytest.importorskip("transformers")

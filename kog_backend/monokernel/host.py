@@ -155,6 +155,10 @@ class Monokernel:
             rows = [[getattr(lw, SCALE_FIELDS[n]).data_ptr() for n in layout.FP8_SCALE_FIELDS] for lw in weights.layers]
             self.fp8_scale_table = torch.tensor(rows, dtype=torch.int64, device=device)
         kv0 = kv_caches[0]
+        bs = kv0.shape[2]
+        if bs < layout.CONFIG["kAttnTileLen"] or bs & (bs - 1):
+            # The attention split finds a row's block by a shift and reads a 16-position tile from one block.
+            raise ValueError(f"KV block size {bs}: the monokernel needs a power of two >= {layout.CONFIG['kAttnTileLen']}")
         model = {
             "num_layers": L, "hidden": H, "num_heads": nh, "num_kv_heads": nkv, "head_dim": D, "inter": I,
             "block_size": kv0.shape[2], "num_splits": S, "grid": plan.grid, "num_slots": plan.num_slots,

@@ -151,6 +151,7 @@ CONFIG: dict[str, int] = {
     "kAttnModeRounds": 0,
     "kAttnModeMma": 1,
     "kAttnModeMmaWide": 2,
+    "kAttnTileLen": 16,
 }
 CONFIG_NAMES = tuple(CONFIG)
 

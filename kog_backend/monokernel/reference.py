@@ -16,14 +16,19 @@ import torch
 
 from kog_backend.reference import torch_step
 from kog_backend.path.model_spec import DecoderWeights, kv_cache_view
+from kog_backend.monokernel import layout
 from kog_backend.monokernel.plan import lm_rows
 
 LOG2E = math.log2(math.e)
 
 
 def split_bounds(ctx: int, num_splits: int) -> list[tuple[int, int]]:
-    """[start, end) of each split of a context of ctx positions (empty splits have start >= end)."""
+    """[start, end) of each split of a context of ctx positions (empty splits have start >= end), as
+    plan_attention_split: a split longer than kAttnShortLen is rounded up to whole kAttnTileLen tiles."""
     n = (ctx + num_splits - 1) // num_splits
+    tile = layout.CONFIG["kAttnTileLen"]
+    if n > layout.CONFIG["kAttnShortLen"]:
+        n = (n + tile - 1) // tile * tile
     return [(j * n, min((j + 1) * n, ctx)) for j in range(num_splits)]
 
 

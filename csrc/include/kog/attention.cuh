@@ -1,5 +1,6 @@
 // GQA decode attention for one query token, split over the context: task (kv head h, split j) covers positions
-// [j * len, min((j + 1) * len, pos + 1)) with len = ceil((pos + 1) / S), for all g = nh / nkv query heads of h
+// [j * len, min((j + 1) * len, pos + 1)) with len = ceil((pos + 1) / S), rounded up to whole kAttnTileLen tiles when
+// it exceeds kAttnShortLen (plan_attention_split), for all g = nh / nkv query heads of h
 // (kHeadsPerPass at a time). The split holding `pos` first appends this token's K (qk-norm, RoPE) and V at the
 // slot vLLM assigned. Each split writes (m, l, acc) per query head; the last split of h to finish (counter, no
 // waiting) combines them into bf16 attention output:
@@ -211,7 +212,7 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
   const int kvh = task.kvh;
   const uint32_t tag = handoff_tag(epoch);
   const KvSource src{L.k_cache, L.v_cache, block_table, task.bt_count >= 0 ? bt_s : nullptr, task.bt_first, bt_len,
-                     bs, s_blk, s_pos, kvh * s_head};
+                     31 - __clz(bs), s_blk, s_pos, kvh * s_head};
   // Single-split mode: the empty splits only keep ctr_kv at S per token, so that the "last split combines" target
   // (epoch + 1) x S holds whichever mode a later token runs in (no data is published through these adds; a later
   // token's atomic on ctr_kv follows them in causality order through the layer's hand-offs).

@@ -34,6 +34,15 @@ namespace kog {
 // Query heads one tensor-core pass can take: the mma's n = 8 columns.
 constexpr int kMmaColumns = 8;
 
+// 2^(x - m), 0 for x = -inf: exp2_or_zero (numerics.cuh) on the MUFU directly (ex2.approx.ftz). exp2f wraps the same
+// MUFU in a range fix for results below 2^-126 (a compare, two multiplies and predicate moves per call, seen in the
+// SASS), which this pass does not need: such a P is flushed to 0 instead of a denormal, below anything it adds to.
+__device__ __forceinline__ float exp2_ftz_or_zero(float x, float m) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x - m));
+  return x == -INFINITY ? 0.f : y;
+}
+
 // D += A . B, m16n8k16, bf16 inputs, fp32 accumulators.
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -61,8 +70,9 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
 }
 
 // A tile's loads: K rows g and g + 8 ([D / 4] dimensions each, KV4 vectors), V rows 2t, 2t + 1, 2t + 8, 2t + 9
-// ([D / 8] dimensions, VV4 vectors); zeros where a position is past the split or unmapped (kok false: its scores
-// become -inf, its P zero).
+// ([D / 8] dimensions, VV4 vectors). A row past the split's end is read as the tile's first row instead (kok false:
+// its scores become -inf and its P zero, so its finite V adds +0); a tile wholly past the end or without a block is
+// zeros.
 template <int D>
 struct MmaTile {
   static constexpr int KV4 = D / 32;
@@ -74,24 +84,41 @@ struct MmaTile {
 
 template <int D>
 __device__ __forceinline__ void load_mma_tile(const KvSource& src, int end, int tile, int g, int t, MmaTile<D>& r) {
+  static_assert(MonoConfig::kAttnTileLen == 16, "a tile is the mma's 16 rows");
+  // The tile starts on a multiple of 16 inside one KV block (plan_attention_split): one block-table entry for all
+  // its rows, row j at row(tile) + j s_pos. The same for every lane, so the branch below is warp-uniform and the
+  // loads under it carry no predicate: ptxas then issues V's with K's, before the first product (with a predicate
+  // per row it deferred V's past the softmax, a second memory latency per round, seen in the SASS).
+  const int64_t base = tile < end ? src.row(tile) : -1;
+  if (base < 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      r.kok[h] = false;
+#pragma unroll
+      for (int jj = 0; jj < MmaTile<D>::KV4; ++jj) r.k[h][jj] = make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int jj = 0; jj < MmaTile<D>::VV4; ++jj) r.v[i][jj] = make_uint4(0, 0, 0, 0);
+    }
+    return;
+  }
+  const int rows = end - tile;  // rows of the tile inside the split (>= 1)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int p = tile + g + 8 * h;
-    const int64_t off = p < end ? src.row(p) : -1;
-    r.kok[h] = off >= 0;
+    const int j = g + 8 * h;
+    r.kok[h] = j < rows;
+    const bf16* row = src.k + base + (j < rows ? j : 0) * src.s_pos + (D / 4) * t;
 #pragma unroll
-    for (int j = 0; j < MmaTile<D>::KV4; ++j) {
-      r.k[h][j] = off >= 0 ? ld_cg_v4(src.k + off + (D / 4) * t + 8 * j) : make_uint4(0, 0, 0, 0);
-    }
+    for (int jj = 0; jj < MmaTile<D>::KV4; ++jj) r.k[h][jj] = ld_cg_v4(row + 8 * jj);
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const int p = tile + 2 * t + (i & 1) + 8 * (i >> 1);
-    const int64_t off = p < end ? src.row(p) : -1;
+    const int j = 2 * t + (i & 1) + 8 * (i >> 1);
+    const bf16* row = src.v + base + (j < rows ? j : 0) * src.s_pos + (D / 8) * g;
 #pragma unroll
-    for (int j = 0; j < MmaTile<D>::VV4; ++j) {
-      r.v[i][j] = off >= 0 ? ld_cg_v4(src.v + off + (D / 8) * g + 8 * j) : make_uint4(0, 0, 0, 0);
-    }
+    for (int jj = 0; jj < MmaTile<D>::VV4; ++jj) r.v[i][jj] = ld_cg_v4(row + 8 * jj);
   }
 }
 
@@ -154,22 +181,30 @@ __device__ __forceinline__ MmaState<D> attend_positions_mma(const KvSource& src,
 #pragma unroll
         for (int off = 4; off < 32; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
         const float mn = fmaxf(st.mrow[c], mx);
-        corr[c] = exp2_or_zero(st.mrow[c], mn);
-        p[c] = exp2_or_zero(sc[c], mn);
-        p[2 + c] = exp2_or_zero(sc[2 + c], mn);
+        corr[c] = exp2_ftz_or_zero(st.mrow[c], mn);
+        p[c] = exp2_ftz_or_zero(sc[c], mn);
+        p[2 + c] = exp2_ftz_or_zero(sc[2 + c], mn);
         st.lrow[c] = st.lrow[c] * corr[c] + (p[c] + p[2 + c]);
         st.mrow[c] = mn;
       }
       // P^T halves (positions 0-7, 8-15) as bf16, transposed into B: [k = pos 2t, 2t + 1 (+ 8)][n = head g].
       const uint32_t pb0 = movmatrix_trans(pack_bf16x2(p[0], p[1]));
       const uint32_t pb1 = movmatrix_trans(pack_bf16x2(p[2], p[3]));
+      // corr is exactly 1 (2^0) where a column's running max did not move, and multiplying by 1 is the identity: the
+      // warp rescales O only when some lane's column moved (a warp-uniform vote; after a split's first tiles the max
+      // rarely moves).
+      if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
+#pragma unroll
+        for (int m = 0; m < KS; ++m) {
+          st.o[m][0] *= corr[0];
+          st.o[m][1] *= corr[1];
+          st.o[m][2] *= corr[0];
+          st.o[m][3] *= corr[1];
+        }
+      }
 #pragma unroll
       for (int m = 0; m < KS; ++m) {
         // O^T C: [dim (D / 8) g + 2m][head 2t, 2t + 1], [dim + 1][head 2t, 2t + 1]
-        st.o[m][0] *= corr[0];
-        st.o[m][1] *= corr[1];
-        st.o[m][2] *= corr[0];
-        st.o[m][3] *= corr[1];
         const int vj = m / 4, vw = m % 4;  // word m of the lane's [D / 8] dimensions
         const uint32_t w0 = word_of(r.v[0][vj], vw), w1 = word_of(r.v[1][vj], vw);
         const uint32_t w2 = word_of(r.v[2][vj], vw), w3 = word_of(r.v[3][vj], vw);

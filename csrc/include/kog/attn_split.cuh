@@ -26,20 +26,22 @@ struct KvSource {
   const bf16* v;
   const int32_t* block_table;  // global block table (used where the split's entries are not cached)
   const int* bt_s;             // the split's cached entries [bt_first, bt_first + count), or null
-  int bt_first, bt_len, bs;
+  int bt_first, bt_len;
+  int bs_log2;  // log2 of the block size: vLLM's block sizes are powers of two (the gate admits 16-128, the launcher
+                // checks), so a row's block and offset are a shift and a mask, not an integer division per row
   int64_t s_blk, s_pos, head_off;  // block and position strides; kvh * head stride
 
   // Element offset of position p's row (D elements) of this KV head in k / v, or -1 where the block table has no
   // block for it.
   __device__ __forceinline__ int64_t row(int p) const {
-    const int bi = p / bs;
+    const int bi = p >> bs_log2;
     int blk = -1;
     if (bt_s != nullptr) {
       blk = bt_s[bi - bt_first];
     } else if (bi < bt_len) {
       blk = __ldg(block_table + bi);
     }
-    return blk < 0 ? -1 : blk * s_blk + (p % bs) * s_pos + head_off;
+    return blk < 0 ? -1 : blk * s_blk + (p & ((1 << bs_log2) - 1)) * s_pos + head_off;
   }
 };
 

@@ -94,6 +94,8 @@ struct MonoConfig {
   // per layer on few SMs and starts cold in the instruction cache; the short body fetches and computes only the
   // positions a round holds (docs/tuning.md).
   static constexpr int kAttnShortLen = 32;
+  // Positions of one tensor-core attention tile (the mma's m = 16); longer splits start on its multiples.
+  static constexpr int kAttnTileLen = 16;
   // Default of ModelArgs::attn_mode, how splits longer than kAttnShortLen run (the kAttnMode* values below): on the
   // tensor cores (docs/tuning.md).
   static constexpr int kAttnMode = 2;

@@ -58,7 +58,11 @@ __device__ __forceinline__ void plan_attention_split(const Consumers<D, HP, kSam
   // writes the final output, no partials and no combine (attention.cuh).
   task.single = ctx <= static_cast<int>(c.m.attn_single_ctx);
   const int s_eff = task.single ? 1 : S;
-  const int len = (ctx + s_eff - 1) / s_eff;
+  // A split longer than kAttnShortLen (the tensor-core pass's) starts on a kAttnTileLen boundary: block sizes are
+  // powers of two >= kAttnTileLen (the gate's TESTED_BLOCK_SIZES, host.py checks), so no 16-position tile crosses a
+  // KV block and a tile's rows take one block-table entry (attention_mma.cuh). Later splits may then be empty.
+  int len = (ctx + s_eff - 1) / s_eff;
+  if (len > C::kAttnShortLen) len = (len + C::kAttnTileLen - 1) / C::kAttnTileLen * C::kAttnTileLen;
   task.kvh = b / S;
   task.split = b - task.kvh * S;
   task.start = task.split * len;

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 # KV-cache block sizes (positions per block) the kernel tests cover (integration_tests/test_monokernel_gpu.py and
-# test_monokernel_long_context_gpu.py, which imports this constant); vLLM's default is 16.
+# test_monokernel_long_context_gpu.py, which imports this constant); vLLM's default is 16. Powers of two only: the
+# attention split finds a position's block and row with a shift and a mask (attn_split.cuh, KvSource::row).
 TESTED_BLOCK_SIZES = (16, 32, 64, 128)
 
 REASONS = {
