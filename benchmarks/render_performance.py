@@ -54,18 +54,20 @@ def _k_and_options(settings: dict) -> str:
 
 
 def summary(reports: list[tuple[str, BenchReport]]) -> list[str]:
-    """Newest offline figure per model from a run that timed both stock and kog (`--only` runs are listed under
-    Runs, not here: a speedup needs both sides of one invocation)."""
-    seen: dict[str, list[str]] = {}
+    """Newest offline figure per model and prompt length from a run that timed both stock and kog (`--only` runs
+    are listed under Runs, not here: a speedup needs both sides of one invocation)."""
+    seen: dict[tuple[str, int | None], list[str]] = {}
     for _, rep in reports:
         if rep.kind != "offline":
             continue
         for m in rep.models:
             stock, kog = m.row("stock"), m.row("kog")
-            if m.model in seen or stock is None or kog is None:
+            prompt = rep.settings.get("prompt_len")
+            if (m.model, prompt) in seen or stock is None or kog is None:
                 continue
-            seen[m.model] = [
+            seen[(m.model, prompt)] = [
                 m.model,
+                "-" if prompt is None else str(prompt),
                 _num(stock.tok_s if stock and stock.ok else None),
                 _num(kog.tok_s if kog and kog.ok else None),
                 "-" if m.speedup is None else f"{m.speedup:.2f}x",
@@ -80,10 +82,10 @@ def summary(reports: list[tuple[str, BenchReport]]) -> list[str]:
     if not seen:
         return []
     head = (
-        "| model | stock tok/s | kog tok/s | speedup | kog % of copy BW | stock % of copy BW | K, kog options | engine args | GPU "
+        "| model | prompt tokens | stock tok/s | kog tok/s | speedup | kog % of copy BW | stock % of copy BW | K, kog options | engine args | GPU "
         "| date | commit |"
     )
-    return [head, "|---|---:|---:|---:|---:|---:|---|---|---|---|---|"] + ["| " + " | ".join(r) + " |" for r in seen.values()]
+    return [head, "|---|---:|---:|---:|---:|---:|---:|---|---|---|---|---|"] + ["| " + " | ".join(r) + " |" for r in seen.values()]
 
 
 def render(paths: list[str], out_path: str) -> str:

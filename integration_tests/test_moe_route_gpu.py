@@ -3,8 +3,9 @@ and, where the MoE bundle is staged, vLLM's own topk_softmax, on an sm_90 GPU. F
 outputs poisoned before each launch.
 
 * Experts: the same ids in the same order as the reference, except where the reference's k-th and (k+1)-th
-  probabilities are within 4 fp32 ulps (a near tie that the softmax's summation order may flip: such rows are counted
-  and must stay rare). Equal logits (exact ties) go to the lower expert index in both.
+  probabilities differ by at most 4 fp32 ulps (a near tie that the softmax's summation order may flip: such rows are
+  counted and must stay rare). Equal probabilities (from equal bf16 logits, a few percent of the rows) are exact ties
+  and go to the lower expert index in both: they are compared.
 * Weights: within a relative 4e-6 of the reference's (fp32 softmax and renormalisation; the sums run in another
   order), and summing to 1 within 1e-6 when norm_topk_prob.
 """
@@ -45,7 +46,10 @@ def _check(logits: torch.Tensor, k: int, norm: bool) -> int:
     for row in range(logits.shape[0]):
         r = moe_step.route(logits[row].cpu(), moe)
         ordered = torch.sort(r.probs, descending=True, stable=True).values
-        if k < len(ordered) and (ordered[k - 1] - ordered[k]).abs() <= 4 * torch.finfo(torch.float32).eps * ordered[k]:
+        gap = (ordered[k - 1] - ordered[k]).abs() if k < len(ordered) else None
+        # Equal probabilities come from equal bf16 logits (frequent: 3-7% of the rows here), the same bits in both
+        # softmaxes: those ties are compared (lower index first). Only distinct but close ones are skipped.
+        if gap is not None and 0 < gap <= 4 * torch.finfo(torch.float32).eps * ordered[k]:
             near += 1
             continue
         assert ids[row].tolist() == r.experts.tolist(), (row, ids[row], r.experts)
