@@ -30,13 +30,13 @@ namespace kog {
 
 namespace {
 
-template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8, bool kMoe = false>
 void launch(const StepArgs& step, int grid, int smem_bytes, cudaStream_t stream) {
   static bool attr_set[64] = {};
   int dev = 0;
   C10_CUDA_CHECK(cudaGetDevice(&dev));
   if (dev < 64 && !attr_set[dev]) {
-    const cudaError_t err = cudaFuncSetAttribute(monokernel_kernel<D, HP, kSampled, kTP, kFp8>,
+    const cudaError_t err = cudaFuncSetAttribute(monokernel_kernel<D, HP, kSampled, kTP, kFp8, kMoe>,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, MonoConfig::kMaxSmemBytes);
     TORCH_CHECK(err == cudaSuccess, "kog monokernel: cannot raise the shared-memory limit to ",
                 MonoConfig::kMaxSmemBytes, " bytes: ", cudaGetErrorString(err));
@@ -52,7 +52,7 @@ void launch(const StepArgs& step, int grid, int smem_bytes, cudaStream_t stream)
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, monokernel_kernel<D, HP, kSampled, kTP, kFp8>, step);
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, monokernel_kernel<D, HP, kSampled, kTP, kFp8, kMoe>, step);
   TORCH_CHECK(err == cudaSuccess, "kog monokernel launch failed (grid ", grid, ", ", MonoConfig::kThreads,
               " threads, ", smem_bytes, " B shared memory): ", cudaGetErrorString(err));
 }
@@ -70,10 +70,22 @@ void check_any_cuda(const at::Tensor& t, const char* name) {
 
 // One template parameter per level: the pass width HP (the caller), the head dim, then the weight, TP and sampling
 // flags. FP8 weights have no TP instantiation (MonokernelLaunch refuses the combination).
+// The MoE kernel exists for head dim 128 and the kHeadsPerPass pass width only (Qwen3-MoE's GQA 8; MonokernelLaunch
+// refuses the rest).
 template <int D, int HP>
-void dispatch_flags(const StepArgs& step, bool sampled, bool tp, bool fp8, int grid, int smem_bytes,
+constexpr bool has_moe_kernel() {
+  return D == 128 && HP == MonoConfig::kHeadsPerPass;
+}
+
+template <int D, int HP>
+void dispatch_flags(const StepArgs& step, bool sampled, bool tp, bool fp8, bool moe, int grid, int smem_bytes,
                     cudaStream_t stream) {
-  if (fp8) {
+  if (moe) {
+    if constexpr (has_moe_kernel<D, HP>()) {
+      sampled ? launch<D, HP, true, false, false, true>(step, grid, smem_bytes, stream)
+              : launch<D, HP, false, false, false, true>(step, grid, smem_bytes, stream);
+    }
+  } else if (fp8) {
     sampled ? launch<D, HP, true, false, true>(step, grid, smem_bytes, stream)
             : launch<D, HP, false, false, true>(step, grid, smem_bytes, stream);
   } else if (tp) {
@@ -86,12 +98,12 @@ void dispatch_flags(const StepArgs& step, bool sampled, bool tp, bool fp8, int g
 }
 
 template <int HP>
-void dispatch(const StepArgs& step, int64_t head_dim, bool sampled, bool tp, bool fp8, int grid, int smem_bytes,
-              cudaStream_t stream) {
+void dispatch(const StepArgs& step, int64_t head_dim, bool sampled, bool tp, bool fp8, bool moe, int grid,
+              int smem_bytes, cudaStream_t stream) {
   if (head_dim == 64) {
-    dispatch_flags<64, HP>(step, sampled, tp, fp8, grid, smem_bytes, stream);
+    dispatch_flags<64, HP>(step, sampled, tp, fp8, moe, grid, smem_bytes, stream);
   } else {
-    dispatch_flags<128, HP>(step, sampled, tp, fp8, grid, smem_bytes, stream);
+    dispatch_flags<128, HP>(step, sampled, tp, fp8, moe, grid, smem_bytes, stream);
   }
 }
 
@@ -102,7 +114,7 @@ void dispatch(const StepArgs& step, int64_t head_dim, bool sampled, bool tp, boo
 
 MonokernelLaunch::MonokernelLaunch(at::Tensor model_args_, at::Tensor scratch_, int64_t head_dim_,
                                    int64_t heads_per_pass_, int64_t grid_, int64_t smem_bytes_, int64_t tp_size_,
-                                   bool fp8_weights_, std::optional<at::Tensor> burst_counts_)
+                                   bool fp8_weights_, std::optional<at::Tensor> burst_counts_, bool moe_)
     : model_args(std::move(model_args_)),
       scratch(std::move(scratch_)),
       burst_counts(std::move(burst_counts_)),
@@ -112,7 +124,8 @@ MonokernelLaunch::MonokernelLaunch(at::Tensor model_args_, at::Tensor scratch_, 
       grid(grid_),
       smem_bytes(smem_bytes_),
       tp_size(tp_size_),
-      fp8_weights(fp8_weights_) {
+      fp8_weights(fp8_weights_),
+      moe(moe_) {
   TORCH_CHECK(head_dim == 64 || head_dim == 128, "kog monokernel: head_dim ", head_dim, " (64 or 128 only)");
   TORCH_CHECK(heads_per_pass == 2 || heads_per_pass == MonoConfig::kHeadsPerPass, "kog monokernel: heads_per_pass ",
               heads_per_pass, " (2 or ", MonoConfig::kHeadsPerPass, " only; plan.heads_per_pass)");
@@ -122,6 +135,10 @@ MonokernelLaunch::MonokernelLaunch(at::Tensor model_args_, at::Tensor scratch_, 
               "kog monokernel: bad launch shape grid=", grid, " smem=", smem_bytes, " (grid >= 1, smem 1..",
               MonoConfig::kMaxSmemBytes, " bytes)");
   TORCH_CHECK(!fp8_weights || tp_size == 1, "kog monokernel: FP8 weights need tp_size 1, got tp_size ", tp_size);
+  TORCH_CHECK(!moe || (head_dim == 128 && heads_per_pass == MonoConfig::kHeadsPerPass && tp_size == 1 && !fp8_weights),
+              "kog monokernel: the MoE kernel needs head_dim 128, heads_per_pass ", MonoConfig::kHeadsPerPass,
+              ", tp_size 1 and bf16 weights, got head_dim ", head_dim, ", heads_per_pass ", heads_per_pass,
+              ", tp_size ", tp_size, ", fp8_weights ", fp8_weights);
   TORCH_CHECK(!burst_counts.has_value() || tp_size == 1,
               "kog monokernel: burst_counts (penalised launches) needs tp_size 1, got tp_size ", tp_size);
   check_any_cuda(model_args, "model_args");
@@ -337,25 +354,32 @@ void monokernel_step(const c10::intrusive_ptr<MonokernelLaunch>& plan_ptr, const
   // Every pass width computes every GQA ratio (a KV head's query heads in passes of HP); the plan picks the one that
   // computes no empty heads in the fewest passes.
   if (plan.heads_per_pass == 2) {
-    dispatch<2>(step, plan.head_dim, sampled, plan.tp_size > 1, plan.fp8_weights, g, sm, stream);
+    dispatch<2>(step, plan.head_dim, sampled, plan.tp_size > 1, plan.fp8_weights, plan.moe, g, sm, stream);
   } else {
-    dispatch<MonoConfig::kHeadsPerPass>(step, plan.head_dim, sampled, plan.tp_size > 1, plan.fp8_weights, g, sm,
-                                        stream);
+    dispatch<MonoConfig::kHeadsPerPass>(step, plan.head_dim, sampled, plan.tp_size > 1, plan.fp8_weights, plan.moe, g,
+                                        sm, stream);
   }
 }
 
 namespace {
-template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8, bool kMoe = false>
 int blocks_per_sm(int smem_bytes) {
-  C10_CUDA_CHECK(cudaFuncSetAttribute(monokernel_kernel<D, HP, kSampled, kTP, kFp8>,
+  C10_CUDA_CHECK(cudaFuncSetAttribute(monokernel_kernel<D, HP, kSampled, kTP, kFp8, kMoe>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, MonoConfig::kMaxSmemBytes));
   int n = 0;
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, monokernel_kernel<D, HP, kSampled, kTP, kFp8>,
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, monokernel_kernel<D, HP, kSampled, kTP, kFp8, kMoe>,
                                                                MonoConfig::kThreads, static_cast<size_t>(smem_bytes)));
   return n;
 }
 template <int D, int HP>
-int blocks_per_sm_flags(bool sampled, bool tp, bool fp8, int smem_bytes) {
+int blocks_per_sm_flags(bool sampled, bool tp, bool fp8, bool moe, int smem_bytes) {
+  if (moe) {
+    if constexpr (has_moe_kernel<D, HP>()) {
+      return sampled ? blocks_per_sm<D, HP, true, false, false, true>(smem_bytes)
+                     : blocks_per_sm<D, HP, false, false, false, true>(smem_bytes);
+    }
+    return 0;
+  }
   if (fp8) {
     return sampled ? blocks_per_sm<D, HP, true, false, true>(smem_bytes)
                    : blocks_per_sm<D, HP, false, false, true>(smem_bytes);
@@ -368,9 +392,9 @@ int blocks_per_sm_flags(bool sampled, bool tp, bool fp8, int smem_bytes) {
                  : blocks_per_sm<D, HP, false, false, false>(smem_bytes);
 }
 template <int HP>
-int blocks_per_sm_dim(int64_t head_dim, bool sampled, bool tp, bool fp8, int smem_bytes) {
-  return head_dim == 64 ? blocks_per_sm_flags<64, HP>(sampled, tp, fp8, smem_bytes)
-                        : blocks_per_sm_flags<128, HP>(sampled, tp, fp8, smem_bytes);
+int blocks_per_sm_dim(int64_t head_dim, bool sampled, bool tp, bool fp8, bool moe, int smem_bytes) {
+  return head_dim == 64 ? blocks_per_sm_flags<64, HP>(sampled, tp, fp8, moe, smem_bytes)
+                        : blocks_per_sm_flags<128, HP>(sampled, tp, fp8, moe, smem_bytes);
 }
 }  // namespace
 
@@ -378,16 +402,19 @@ int blocks_per_sm_dim(int64_t head_dim, bool sampled, bool tp, bool fp8, int sme
 // (cudaOccupancyMaxActiveBlocksPerMultiprocessor) x the SMs this context may use (multiProcessorCount, which
 // reflects an MPS active-thread percentage or a green context's SMs).
 int64_t monokernel_max_grid(int64_t head_dim, int64_t heads_per_pass, bool sampled, bool tp, int64_t smem_bytes,
-                            int64_t device, bool fp8_weights) {
+                            int64_t device, bool fp8_weights, bool moe) {
   TORCH_CHECK(head_dim == 64 || head_dim == 128, "kog monokernel_max_grid: head_dim ", head_dim, " is not 64 or 128");
   TORCH_CHECK(!(fp8_weights && tp), "kog monokernel_max_grid: FP8 weights have no TP kernel");
+  TORCH_CHECK(!moe || (head_dim == 128 && heads_per_pass == MonoConfig::kHeadsPerPass && !tp && !fp8_weights),
+              "kog monokernel_max_grid: the MoE kernel exists for head_dim 128, heads_per_pass ",
+              MonoConfig::kHeadsPerPass, ", bf16 weights and no TP only");
   TORCH_CHECK(smem_bytes > 0 && smem_bytes <= MonoConfig::kMaxSmemBytes, "kog monokernel_max_grid: smem_bytes ",
               smem_bytes, " outside 1..", MonoConfig::kMaxSmemBytes);
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
   const int sm = static_cast<int>(smem_bytes);
   const int per_sm = heads_per_pass == 2
-                         ? blocks_per_sm_dim<2>(head_dim, sampled, tp, fp8_weights, sm)
-                         : blocks_per_sm_dim<MonoConfig::kHeadsPerPass>(head_dim, sampled, tp, fp8_weights, sm);
+                         ? blocks_per_sm_dim<2>(head_dim, sampled, tp, fp8_weights, moe, sm)
+                         : blocks_per_sm_dim<MonoConfig::kHeadsPerPass>(head_dim, sampled, tp, fp8_weights, moe, sm);
   int sms = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, static_cast<int>(device)));
   return static_cast<int64_t>(per_sm) * sms;
@@ -416,6 +443,10 @@ std::vector<int64_t> monokernel_layout() {
   KOG_OFF(ModelArgs, tp_parts); KOG_OFF(ModelArgs, tp_keys); KOG_OFF(ModelArgs, tp_delta);
   KOG_OFF(ModelArgs, sample_work); KOG_OFF(ModelArgs, status_out); KOG_OFF(ModelArgs, inject_fault);
   KOG_OFF(ModelArgs, slot_bytes); KOG_OFF(ModelArgs, fp8_scaling); KOG_OFF(ModelArgs, fp8_scales); KOG_OFF(ModelArgs, attn_mode);
+  KOG_OFF(ModelArgs, moe_top_k); KOG_OFF(ModelArgs, moe_experts); KOG_OFF(ModelArgs, moe_norm_topk);
+  KOG_OFF(ModelArgs, moe_inter); KOG_OFF(ModelArgs, moe_router_nu); KOG_OFF(ModelArgs, moe_router_chunks);
+  KOG_OFF(ModelArgs, moe_ctr_base); KOG_OFF(ModelArgs, moe_routers); KOG_OFF(ModelArgs, moe_logits);
+  KOG_OFF(ModelArgs, moe_route);
   KOG_OFF(LayerArgs, input_norm); KOG_OFF(LayerArgs, qkv); KOG_OFF(LayerArgs, q_norm); KOG_OFF(LayerArgs, k_norm);
   KOG_OFF(LayerArgs, o_proj); KOG_OFF(LayerArgs, post_norm); KOG_OFF(LayerArgs, gate_up); KOG_OFF(LayerArgs, down);
   KOG_OFF(LayerArgs, k_cache); KOG_OFF(LayerArgs, v_cache); KOG_OFF(LayerArgs, qkv_out); KOG_OFF(LayerArgs, q_out);

@@ -21,7 +21,8 @@ namespace kog {
 // `burst_counts`, through the tensors held here (the op's schema cannot mark them `Tensor!`).
 struct MonokernelLaunch : torch::CustomClassHolder {
   MonokernelLaunch(at::Tensor model_args, at::Tensor scratch, int64_t head_dim, int64_t heads_per_pass, int64_t grid,
-                   int64_t smem_bytes, int64_t tp_size, bool fp8_weights, std::optional<at::Tensor> burst_counts);
+                   int64_t smem_bytes, int64_t tp_size, bool fp8_weights, std::optional<at::Tensor> burst_counts,
+                   bool moe);
 
   const at::Tensor model_args;  // uint8 [sizeof(ModelArgs)] on `device`: the argument table (layout.py packs it)
   const at::Tensor scratch;     // on `device`: the buffers model_args points into (the kernel writes them)
@@ -34,6 +35,8 @@ struct MonokernelLaunch : torch::CustomClassHolder {
   const int64_t smem_bytes;     // dynamic shared memory per block, bytes (plan.smem_bytes)
   const int64_t tp_size;        // 1..MonoConfig::kMaxTP; > 1 launches the TP instantiation
   const bool fp8_weights;       // the FP8-weight instantiation (ModelArgs::fp8_scaling > 0; TP = 1 only)
+  const bool moe;               // the mixture-of-experts instantiation (ModelArgs::moe_top_k > 0): head_dim 128,
+                                // heads_per_pass kHeadsPerPass, TP = 1, bf16 weights only
 };
 
 // A sampled launch (the sampled kernel instantiation): vLLM's draw with this seed and temperature, after its filters

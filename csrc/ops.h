@@ -27,7 +27,7 @@ void monokernel_step(const c10::intrusive_ptr<MonokernelLaunch>& plan, const at:
                      const std::optional<at::Tensor>& model_args);
 std::vector<int64_t> monokernel_layout();
 int64_t monokernel_max_grid(int64_t head_dim, int64_t heads_per_pass, bool sampled, bool tp, int64_t smem_bytes,
-                            int64_t device, bool fp8_weights);
+                            int64_t device, bool fp8_weights, bool moe);
 std::vector<int64_t> monokernel_config();
 
 // --- collective (csrc/allreduce.cu) ---

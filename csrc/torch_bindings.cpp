@@ -39,14 +39,15 @@ TORCH_LIBRARY(kog, m) {
   // MonokernelLaunch.scratch (every launch) and .burst_counts (penalised launches), SampledLaunch.defer_out
   // (filtered launches).
   // What is fixed per kog_backend.monokernel.Monokernel: the argument table (uint8 [sizeof(ModelArgs)]), the
-  // scratch it points into, the kernel instantiation (head_dim, heads_per_pass, tp_size, fp8_weights), the launch shape (grid
+  // scratch it points into, the kernel instantiation (head_dim, heads_per_pass, tp_size, fp8_weights, moe), the launch shape (grid
   // blocks of smem_bytes dynamic shared memory) and, at TP = 1, burst_counts (int32 [LM-head rows]).
   m.class_<kog::MonokernelLaunch>("MonokernelLaunch")
       .def(torch::init<at::Tensor, at::Tensor, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
-                       std::optional<at::Tensor>>(),
+                       std::optional<at::Tensor>, bool>(),
            "", {torch::arg("model_args"), torch::arg("scratch"), torch::arg("head_dim"), torch::arg("heads_per_pass"),
                 torch::arg("grid"), torch::arg("smem_bytes"), torch::arg("tp_size") = 1,
-                torch::arg("fp8_weights") = false, torch::arg("burst_counts") = torch::arg::none()})
+                torch::arg("fp8_weights") = false, torch::arg("burst_counts") = torch::arg::none(),
+                torch::arg("moe") = false})
       .def("model_args", &field<&kog::MonokernelLaunch::model_args>)
       .def("scratch", &field<&kog::MonokernelLaunch::scratch>)
       .def("burst_counts", &field<&kog::MonokernelLaunch::burst_counts>)
@@ -56,6 +57,7 @@ TORCH_LIBRARY(kog, m) {
       .def("smem_bytes", &field<&kog::MonokernelLaunch::smem_bytes>)
       .def("tp_size", &field<&kog::MonokernelLaunch::tp_size>)
       .def("fp8_weights", &field<&kog::MonokernelLaunch::fp8_weights>)
+      .def("moe", &field<&kog::MonokernelLaunch::moe>)
       .def("device", &field<&kog::MonokernelLaunch::device>);
   // A sampled launch: vLLM's draw with sample_seed (int64 [1] GPU) and temperature, after its filters (top_k 0 /
   // top_p 1 / min_p 0: off; any on needs defer_out, int32 [1] GPU, zero before the launch) and penalties (1 / 0 / 0:
@@ -103,7 +105,7 @@ TORCH_LIBRARY(kog, m) {
   // Blocks of the monokernel (this head dim, pass width, sampling and TP flags, shared memory per block) the
   // device holds at once: a launch with a larger grid could not have all its blocks resident.
   m.def("monokernel_max_grid(int head_dim, int heads_per_pass, bool sampled, bool tp, int smem_bytes, int device, "
-        "bool fp8_weights=False) -> int",
+        "bool fp8_weights=False, bool moe=False) -> int",
         &kog::monokernel_max_grid);
   m.def("monokernel_layout() -> int[]");
   m.impl("monokernel_layout", &kog::monokernel_layout);

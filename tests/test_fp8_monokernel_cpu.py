@@ -282,8 +282,8 @@ def test_monokernel_packs_scales_and_launches_the_fp8_kernel(monkeypatch, fp8):
         assert values["fp8_scales"] == mk.fp8_scale_table.data_ptr()
         assert mk.fp8_scale_table.tolist() == [[getattr(lw, scale).data_ptr() for _, scale in PROJ] for lw in w.layers]
     (launch,) = calls["launch"]  # MonokernelLaunch(model_args, scratch, head_dim, heads_per_pass, grid, smem_bytes,
-    assert launch[6:] == (1, fp8 is not None, mk.burst_counts)  # tp_size, fp8_weights, burst_counts)
-    assert [c[-1] for c in calls["max_grid"]] == [fp8 is not None] * 2  # greedy and sampled instantiations
+    assert launch[6:] == (1, fp8 is not None, mk.burst_counts, False)  # tp_size, fp8_weights, burst_counts, moe)
+    assert [c[-2:] for c in calls["max_grid"]] == [(fp8 is not None, False)] * 2  # greedy and sampled instantiations
 
 
 def test_the_gate_refuses_fp8_under_tensor_parallelism(monkeypatch):

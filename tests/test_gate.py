@@ -59,6 +59,13 @@ def _capability_80():
         return monokernel.device_reason(torch.device("cuda", 0), None)
 
 
+def _moe_tp():
+    from kog_backend.reference.moe_step import MoeShape
+
+    shape = synthetic.make_shape("qwen3", 2, 256, 8, 2, 128, 512, 4096, True)
+    return monokernel.moe_plan_or_reason(shape, MoeShape(8, 2, 128, False), 132, 2)
+
+
 def _stale_build():
     from kog_backend import ops
 
@@ -202,6 +209,8 @@ CASES = [
     ("tiling", "filtered_work", lambda: tiling.filtered_sampling_reason(33, 4000, 64000, 32768)),
     ("tiling", "moe_experts", lambda: tiling.moe_reason(300, 8)),
     ("tiling", "moe_top_k", lambda: tiling.moe_reason(128, 9)),
+    ("tiling", "moe_top_k", lambda: tiling.moe_reason(128, 6)),
+    ("tiling", "moe_kernel", lambda: tiling.moe_kernel_reason(64, 8)),
     ("monokernel", "refused", lambda: monokernel.refused("kog_backend._C is not built")),
     ("monokernel", "refused", lambda: monokernel.refused(model.head_dim_reason(96))),
     ("monokernel", "tp_refused", lambda: monokernel.refused("shared buffer: x", tp=True)),
@@ -211,6 +220,7 @@ CASES = [
     ("monokernel", "not_cuda", lambda: monokernel.unsupported_reason(_weights(), [], "cpu")),
     ("monokernel", "capability", _capability_80),
     ("monokernel", "residency", lambda: monokernel.residency_reason(66, 132)),
+    ("monokernel", "moe_tp", _moe_tp),
     ("monokernel", "architecture", lambda: monokernel.shape_reason(_shape(arch="gemma"), 1)),
     ("monokernel", "qkv_bias_arch", lambda: monokernel.shape_reason(_shape(qkv_bias=True), 1)),
     ("monokernel", "qk_norm_arch", lambda: monokernel.shape_reason(_shape(qk_norm=True), 1)),

@@ -42,17 +42,28 @@ def test_every_expert_unit_of_every_slot_in_exactly_one_chunk(name):
     assert [s.k for s in plan.stages] == [shape.hidden_size, shape.num_heads * shape.head_dim, shape.hidden_size,
                                           shape.hidden_size, moe.intermediate_size, shape.hidden_size]  # fmt: skip
     assert plan.router.n == moe.num_experts and plan.expert_gu.pair and not plan.expert_down.pair
-    for st, n in ((plan.expert_gu, moe.intermediate_size), (plan.expert_down, shape.hidden_size)):
-        assert st.n == n
-        seen = torch.zeros(moe.top_k, n, dtype=torch.int64)
-        for c in range(st.chunks):
-            slot, first, units = moe_plan.expert_chunk(st, c)
-            assert 1 <= units <= st.nu
-            seen[slot, first : first + units] += 1
-        assert bool((seen == 1).all())
+    k, I, H = moe.top_k, moe.intermediate_size, shape.hidden_size
+    router = torch.zeros(moe.num_experts, dtype=torch.int64)
+    for c in range(plan.router.chunks):
+        router[list(plan.router_chunk(c))] += 1
+    gu = torch.zeros(k, I, dtype=torch.int64)
+    for c in range(plan.expert_gu.chunks):
+        slot, rows = plan.gu_chunk(c)
+        assert len(rows) == plan.expert_gu.nu
+        gu[slot, list(rows)] += 1
+    down = torch.zeros(H, dtype=torch.int64)
+    for c in range(plan.expert_down.chunks):
+        rows = plan.down_chunk(c)
+        assert len(rows) * k == plan.expert_down.nu <= 8
+        down[list(rows)] += 1
+    assert bool((router == 1).all()) and bool((gu == 1).all()) and bool((down == 1).all())
+    for st, chunk in ((plan.router, plan.router_chunk), (plan.expert_gu, plan.gu_chunk),
+                      (plan.expert_down, plan.down_chunk)):  # fmt: skip
         with pytest.raises(IndexError):
-            moe_plan.expert_chunk(st, st.chunks)
-        assert st.chunk_bytes <= plan.dense.slot_bytes
+            chunk(st.chunks)
+        assert st.chunk_bytes <= plan.kernel.slot_bytes
+    # the down stage's input (every slot's act) fits the work area, and the launch its shared memory
+    assert k * I * 2 <= plan.kernel.work_bytes and plan.kernel.smem_bytes <= 227 * 1024
 
 
 def test_qwen3_30b_a3b_bytes_per_token():
@@ -65,19 +76,28 @@ def test_qwen3_30b_a3b_bytes_per_token():
     norms = L * (2 * H + 2 * D) * 2 + H * 2  # input / post norms, q / k norms, final norm (bf16)
     streamed = L * plan.layer_bytes() + plan.stages[-1].bytes
     assert streamed + norms + H * 2 == weight_bytes_per_token("qwen3-30b-a3b")
-    assert plan.expert_gu.chunks == 8 * plan.dense.stages[2].chunks
-    assert plan.expert_down.chunks == 8 * plan.dense.stages[3].chunks
+    # 8 x 768 row pairs in chunks of 4, and 2,048 output rows, each chunk one row of the 8 slots (12 KiB)
+    assert (plan.expert_gu.chunks, plan.expert_gu.nu) == (8 * 768 // 4, 4)
+    assert (plan.expert_down.chunks, plan.down_rows) == (2048, 1)
 
 
 @pytest.mark.parametrize(
     "experts,top_k,field",
     [(300, 8, "num_experts"), (0, 1, "num_experts"), (128, 9, "num_experts_per_tok"), (4, 6, "num_experts_per_tok"),
-     (16, 0, "num_experts_per_tok")],
+     (16, 0, "num_experts_per_tok"), (128, 6, "num_experts_per_tok")],
 )  # fmt: skip
 def test_router_configs_the_route_stage_cannot_hold(experts, top_k, field):
     shape, moe = _shapes("tiny-qwen3-moe-e16")
     got = moe_plan.make_moe_plan(shape, dataclasses.replace(moe, num_experts=experts, top_k=top_k), SMS)
     assert isinstance(got, str) and got.startswith(field), got
+
+
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(8, 4, 128), (8, 2, 64)])
+def test_shapes_without_a_moe_kernel(heads, kv_heads, head_dim):
+    shape, moe = _shapes("tiny-qwen3-moe-e16")
+    shape = dataclasses.replace(shape, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim)
+    got = moe_plan.make_moe_plan(shape, moe, SMS)
+    assert isinstance(got, str) and got.startswith(f"head_dim {head_dim} with {heads // kv_heads} query heads"), got
 
 
 def test_dense_refusals_name_the_moe_field():

@@ -43,7 +43,7 @@ WANT_ARGS = [
 # Constructor arguments (with their defaults, as the schema prints them) and read-only accessors of each class.
 INIT = {
     "MonokernelLaunch": "Tensor model_args, Tensor scratch, int head_dim, int heads_per_pass, int grid, "
-                        "int smem_bytes, int tp_size=1, bool fp8_weights=False, Tensor? burst_counts=None",
+                        "int smem_bytes, int tp_size=1, bool fp8_weights=False, Tensor? burst_counts=None, bool moe=False",
     "SampledLaunch": "Tensor sample_seed, float temperature, int top_k=0, float top_p=1., float min_p=0., "
                      "Tensor? defer_out=None, Tensor? prompt_mask=None, Tensor? output_counts=None, "
                      "float repetition_penalty=1., float frequency_penalty=0., float presence_penalty=0.",
@@ -52,7 +52,7 @@ INIT = {
 METHODS = {
     "MonokernelLaunch": {"model_args": "Tensor", "scratch": "Tensor", "burst_counts": "Tensor?", "head_dim": "int",
                          "heads_per_pass": "int", "grid": "int", "smem_bytes": "int", "tp_size": "int",
-                         "fp8_weights": "bool", "device": "Device"},
+                         "fp8_weights": "bool", "moe": "bool", "device": "Device"},
     "SampledLaunch": {"sample_seed": "Tensor", "temperature": "float", "top_k": "int", "top_p": "float",
                       "min_p": "float", "filtered": "bool", "defer_out": "Tensor?", "repetition_penalty": "float",
                       "frequency_penalty": "float", "presence_penalty": "float", "penalized": "bool",
@@ -147,6 +147,8 @@ def _cpu_plan(**over):
         ({"smem_bytes": 0}, "bad launch shape grid=132 smem=0"),
         ({"smem_bytes": layout.CONFIG["kMaxSmemBytes"] + 1}, f"smem={layout.CONFIG['kMaxSmemBytes'] + 1}"),
         ({"tp_size": 2, "burst_counts": torch.zeros(4, dtype=torch.int32)}, r"burst_counts .* needs tp_size 1"),
+        ({"moe": True}, "the MoE kernel needs head_dim 128, heads_per_pass 4, tp_size 1 and bf16 weights, got head_dim 64"),
+        ({"moe": True, "head_dim": 128, "heads_per_pass": 4, "fp8_weights": True}, "fp8_weights 1"),
         # every value right: the CPU tensors are refused, the table first
         ({}, "model_args must be on a CUDA device, got cpu"),
         ({"heads_per_pass": layout.CONFIG["kHeadsPerPass"], "head_dim": 128}, "model_args must be on a CUDA device"),

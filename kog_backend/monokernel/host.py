@@ -10,6 +10,11 @@ For Llama-3.2-1B that is 0.7 MB in all, plus 2.2 MB of attention partials.
 FP8 weights (weights.fp8 set; TP = 1): the table points at the four projections' float8 bytes and their fp32
 scales, ModelArgs::fp8_scaling says their layout (layout.FP8_SCALING), the plan streams one byte per element
 (make_plan's weight_bytes) and the launch runs the FP8 kernel instantiation (MonokernelLaunch's fp8_weights).
+
+Mixture of experts (weights a moe_step.MoeDecoderWeights; TP = 1, bf16): the MoE kernel instantiation
+(MonokernelLaunch's moe; csrc/include/kog/moe_stages.cuh) on moe_plan's schedule. The layer table's gate_up / down
+point at vLLM's fused w13 / w2, act holds every slot's silu(gate) * up (k I), and the router's logits and each
+layer's route (expert ids, then the fp32 weights' bits, 2 kMoeMaxTopK words) live in buffers of their own.
 """
 
 from __future__ import annotations
@@ -20,10 +25,12 @@ import torch
 
 from kog_backend import ops as kog_ops
 from kog_backend.monokernel import layout
+from kog_backend.monokernel.moe_plan import MoePlan
 from kog_backend.monokernel.plan import Plan, lm_rows, make_plan
 from kog_backend.monokernel.tp_layout import tp_buffer_layout
 from kog_backend.path.gate import monokernel as gate
 from kog_backend.path.gate.monokernel import unsupported_reason
+from kog_backend.path.gate.tiling import MOE_MAX_TOP_K  # a layer's route row: 2 x this many int32 words
 from kog_backend.path.model_spec import SCALE_FIELDS, DecoderWeights
 
 _BF16_FIELDS = ("qkv_out", "q_out", "attn_out", "o_out", "rmid", "act", "down_out", "rin_next")
@@ -67,11 +74,20 @@ class Monokernel:
         self.shape = s
         self.device = device
         self.max_model_len = max_model_len
-        plan = make_plan(s, sm_count or _sm_count(device), weights.projection_bytes)
+        moe = getattr(weights, "moe", None)
+        self.moe_plan: MoePlan | None = None
+        if moe is not None:
+            moe_plan = gate.moe_plan_or_reason(s, moe, sm_count or _sm_count(device), world)
+            assert isinstance(moe_plan, MoePlan)
+            self.moe_plan = moe_plan
+            plan = moe_plan.kernel
+        else:
+            plan = make_plan(s, sm_count or _sm_count(device), weights.projection_bytes)
         assert isinstance(plan, Plan)
         self.plan = plan
         self.head_dim = s.head_dim
         self.fp8_weights = weights.fp8 is not None  # the FP8 kernel instantiation
+        self.moe = moe is not None  # the MoE kernel instantiation
         reason = self.residency_reason(world > 1)
         if reason is not None:
             raise ValueError(reason)
@@ -81,6 +97,8 @@ class Monokernel:
             s.num_layers, s.hidden_size, s.head_dim, s.intermediate_size, s.num_heads, s.num_kv_heads,
             plan.num_splits,
         )  # fmt: skip
+        if moe is not None:
+            I = moe.top_k * moe.intermediate_size  # act: every slot's  # noqa: E741
         sizes = {
             "qkv_out": (nh + 2 * nkv) * D, "q_out": nh * D, "attn_out": nh * D, "o_out": H, "rmid": H,
             "act": I, "down_out": H, "rin_next": H,
@@ -88,7 +106,9 @@ class Monokernel:
         per_layer = sum(_round8(n) for n in sizes.values())
         self.scratch = torch.empty(L * per_layer, dtype=torch.bfloat16, device=device)
         self.partials = torch.empty(L * (nh * S * 2 + nh * S * D), dtype=torch.float32, device=device)
-        self.counters = torch.zeros(layout.num_counters(L, nkv), dtype=torch.int32, device=device)
+        # (MoE: two more per layer after the dense ones, the router's count and its route: ModelArgs::moe_ctr_base)
+        moe_counters = 2 * L * layout.CONFIG["kCounterStride"] if moe is not None else 0
+        self.counters = torch.zeros(layout.num_counters(L, nkv) + moe_counters, dtype=torch.int32, device=device)
         # Tagged words of each layer's act | qkv_out | attn_out (qkv_out and attn_out carry every TP = 1 launch's
         # attention chain; act only the tagged_handoffs benchmark variant): zero means "not written", so they are
         # zeroed with the counters.
@@ -140,7 +160,8 @@ class Monokernel:
             kv = kv_caches[i]
             v = {
                 "input_norm": lw.input_norm, "qkv": lw.qkv, "q_norm": lw.q_norm, "k_norm": lw.k_norm,
-                "o_proj": lw.o_proj, "post_norm": lw.post_norm, "gate_up": lw.gate_up, "down": lw.down,
+                "o_proj": lw.o_proj, "post_norm": lw.post_norm,
+                "gate_up": lw.w13 if moe is not None else lw.gate_up, "down": lw.w2 if moe is not None else lw.down,
                 "qkv_bias": lw.qkv_bias,
             }  # fmt: skip
             vals = {k: (t.data_ptr() if t is not None else 0) for k, t in v.items()}
@@ -159,6 +180,22 @@ class Monokernel:
         if bs < layout.CONFIG["kAttnTileLen"] or bs & (bs - 1):
             # The attention split finds a row's block by a shift and reads a 16-position tile from one block.
             raise ValueError(f"KV block size {bs}: the monokernel needs a power of two >= {layout.CONFIG['kAttnTileLen']}")
+        moe_fields = {"moe_top_k": 0, "moe_experts": 0, "moe_norm_topk": 0, "moe_inter": 0, "moe_router_nu": 0,
+                      "moe_router_chunks": 0, "moe_ctr_base": 0, "moe_routers": 0, "moe_logits": 0, "moe_route": 0}
+        self.moe_logits = self.moe_route = self.moe_routers = None
+        if moe is not None:
+            self.moe_logits = torch.empty(L, moe.num_experts, dtype=torch.bfloat16, device=device)
+            self.moe_route = torch.zeros(L, 2 * MOE_MAX_TOP_K, dtype=torch.int32, device=device)
+            self.moe_routers = torch.tensor([lw.router.data_ptr() for lw in weights.layers], dtype=torch.int64,
+                                            device=device)  # fmt: skip
+            moe_fields = {
+                "moe_top_k": moe.top_k, "moe_experts": moe.num_experts, "moe_norm_topk": int(moe.norm_topk_prob),
+                "moe_inter": moe.intermediate_size, "moe_router_nu": self.moe_plan.router.nu,
+                "moe_router_chunks": self.moe_plan.router.chunks,
+                "moe_ctr_base": layout.num_counters(L, nkv) // layout.CONFIG["kCounterStride"],
+                "moe_routers": self.moe_routers.data_ptr(), "moe_logits": self.moe_logits.data_ptr(),
+                "moe_route": self.moe_route.data_ptr(),
+            }  # fmt: skip
         model = {
             "num_layers": L, "hidden": H, "num_heads": nh, "num_kv_heads": nkv, "head_dim": D, "inter": I,
             "block_size": kv0.shape[2], "num_splits": S, "grid": plan.grid, "num_slots": plan.num_slots,
@@ -186,6 +223,7 @@ class Monokernel:
             "slot_bytes": plan.slot_bytes, "fp8_scaling": layout.FP8_SCALING[weights.fp8],
             "fp8_scales": self.fp8_scale_table.data_ptr() if self.fp8_scale_table is not None else 0,
             "attn_mode": layout.CONFIG["kAttnMode"],
+            **moe_fields,
         }  # fmt: skip
         self._model_values = model
         self.model_table = _to_device(layout.pack_model(model), device)
@@ -198,7 +236,7 @@ class Monokernel:
         self._classes = kog_ops.classes()  # torch.classes.kog, looked up once: generate builds its arguments per launch
         self.launch = self._classes.MonokernelLaunch(
             self.model_table, self.scratch, self.head_dim, plan.heads_per_pass, plan.grid, plan.smem_bytes,
-            self.tp_world, self.fp8_weights, self.burst_counts,
+            self.tp_world, self.fp8_weights, self.burst_counts, self.moe,
         )  # fmt: skip
 
     @property
@@ -361,7 +399,7 @@ class Monokernel:
         for sampled in (False, True):
             held = int(self.ops.monokernel_max_grid(self.head_dim, self.plan.heads_per_pass, sampled, tp,
                                                     self.plan.smem_bytes, self.device.index or 0,
-                                                    self.fp8_weights))  # fmt: skip
+                                                    self.fp8_weights, self.moe))  # fmt: skip
             reason = gate.residency_reason(held, self.plan.grid)
             if reason is not None:
                 return reason

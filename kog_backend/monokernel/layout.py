@@ -70,6 +70,17 @@ MODEL_FIELDS: tuple[tuple[str, str, int], ...] = (
     ("fp8_scaling", "i", 1),
     ("fp8_scales", "p", 1),
     ("attn_mode", "i", 1),
+    # mixture of experts (args.cuh; moe_top_k 0: a dense model)
+    ("moe_top_k", "i", 1),
+    ("moe_experts", "i", 1),
+    ("moe_norm_topk", "i", 1),
+    ("moe_inter", "i", 1),
+    ("moe_router_nu", "i", 1),
+    ("moe_router_chunks", "i", 1),
+    ("moe_ctr_base", "i", 1),
+    ("moe_routers", "p", 1),
+    ("moe_logits", "p", 1),
+    ("moe_route", "p", 1),
 )
 
 LAYER_FIELDS: tuple[str, ...] = (

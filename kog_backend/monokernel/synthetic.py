@@ -113,6 +113,37 @@ def random_decoder(shape: DecoderShape, device, seed: int = 0, fp8: str | None =
     )  # fmt: skip
 
 
+def random_moe_decoder(shape: DecoderShape, moe, device, seed: int = 0):
+    """Random Qwen3-MoE weights (moe_step.MoeDecoderWeights; moe a moe_step.MoeShape) of `shape` on `device`: the
+    dense layer's attention and norms, a router scaled so that routes are not near-ties, and E experts in vLLM's
+    fused layout (w13 [E, 2 I, H], w2 [E, H, I])."""
+    from kog_backend.reference import moe_step
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    bf = torch.bfloat16
+    H, D, E, I = shape.hidden_size, shape.head_dim, moe.num_experts, moe.intermediate_size
+
+    def proj(*size):
+        return (torch.randn(*size, generator=g, device=device) * (1.0 / math.sqrt(size[-1]))).to(bf)
+
+    def norm(n):
+        return (1.0 + 0.1 * torch.randn(n, generator=g, device=device)).to(bf)
+
+    layers = []
+    for _ in range(shape.num_layers):
+        layers.append(moe_step.MoeLayerWeights(
+            input_norm=norm(H), qkv=proj((shape.num_heads + 2 * shape.num_kv_heads) * D, H), q_norm=norm(D),
+            k_norm=norm(D), o_proj=proj(H, shape.num_heads * D), post_norm=norm(H),
+            router=(proj(E, H).float() * 4).to(bf), w13=proj(E, 2 * I, H), w2=proj(E, H, I),
+        ))  # fmt: skip
+    embed = torch.randn(shape.padded_vocab_local, H, generator=g, device=device).to(bf)
+    lm_head = embed if shape.tied_embeddings else proj(shape.padded_vocab_local, H)
+    return moe_step.MoeDecoderWeights(
+        shape=shape, moe=moe, embed=embed, layers=layers, final_norm=norm(H), lm_head=lm_head,
+        cos_sin=rope_cache(shape.max_position, D, 1e6, device),
+    )  # fmt: skip
+
+
 def paged_kv_caches(shape: DecoderShape, num_blocks: int, block_size: int, device, layout: str = "NHD"):
     """Per layer, vLLM's logical [blocks, kv_heads, block, 2D] cache over NHD (default) or HND memory, NaN-filled."""
     out = []

@@ -133,6 +133,22 @@ struct ModelArgs {
   // How attention splits longer than kAttnShortLen run: kAttnModeRounds, kAttnModeMma or kAttnModeMmaWide
   // (config.cuh; MonoConfig::kAttnMode).
   int64_t attn_mode;
+  // Mixture of experts (the MoE kernel instantiation, moe_stages.cuh; docs/moe.md). moe_top_k 0: a dense model.
+  // In a MoE table inter is moe_top_k x moe_inter (the layer's act holds every slot's silu(gate) * up, slot-major),
+  // LayerArgs::gate_up / down point at vLLM's fused w13 [E, 2 I, H] / w2 [E, H, I], and stage kStageGU / kStageDown
+  // carry the expert stages' geometry: gate/up units slot * I + row (nu of one expert's rows per chunk), down units
+  // row * k + slot (every slot of nu / k output rows per chunk).
+  int64_t moe_top_k;        // k: experts per token, a power of two <= kMoeMaxTopK
+  int64_t moe_experts;      // E
+  int64_t moe_norm_topk;    // 1: the k routing weights renormalised to sum 1 (norm_topk_prob)
+  int64_t moe_inter;        // I: moe_intermediate_size
+  int64_t moe_router_nu;    // router rows per chunk
+  int64_t moe_router_chunks;
+  int64_t moe_ctr_base;     // counter index of layer 0's router counter (after num_counters()): layer l's router
+                            // chunks count at moe_ctr_base + 2 l, its published route at moe_ctr_base + 2 l + 1
+  const bf16* const* moe_routers;  // [num_layers] the layers' router weights [E, H]
+  bf16* moe_logits;         // [num_layers][E] the router's bf16 logits
+  int32_t* moe_route;       // [num_layers][2 kMoeMaxTopK]: expert ids, then the fp32 routing weights' bits
 };
 
 // ModelArgs fields the consumers read right after a hand-off's wait (and the loader at each stage change), copied

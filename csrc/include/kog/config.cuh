@@ -120,6 +120,11 @@ struct MonoConfig {
   static constexpr int kVersion = 2;
 };
 
+// A MoE layer's router stage (after O, before the experts' gate/up and down; moe_stages.cuh): a stage id of the
+// loader's cursor, outside MonoConfig::kNumStages because the dense tables carry no geometry for it
+// (SmemHeader::moe.router holds it).
+constexpr int kStageMoeRouter = MonoConfig::kNumStages;
+
 static_assert(MonoConfig::kConsumerWarps == 8, "gemv and attention index math assumes 8 consumer warps");
 static_assert(MonoConfig::kThreads % 128 == 0 && MonoConfig::kConsumerThreads % 128 == 0, "whole warpgroups");
 static_assert(MonoConfig::kConsumerThreads * MonoConfig::kConsumerRegs +

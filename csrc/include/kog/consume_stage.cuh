@@ -36,15 +36,17 @@ struct Ring {
 // buffer only after the barrier of batch i + 1, which every thread reaches after its reads of batch i.
 // kFp8W: the stage's chunks are FP8 rows with their scales (fp8_scale: the stage's scale tensor, laid out by
 // fp8_mode; fp8.cuh); else bf16 rows.
-template <bool kPair, bool kFp8W = false, class Epi>
-__device__ __forceinline__ void consume_stage(const ModelArgs& m, SmemHeader& hdr, Ring& ring, const bf16* x_s,
-                                              int st, int c0, Epi&& epi, const Tracer& tr, int t, int l,
-                                              int landed_ev, int fp8_mode = kFp8None,
-                                              const float* fp8_scale = nullptr) {
+// consume_chunks takes the stage's geometry itself (a MoE router's lives in SmemHeader::moe). kSlotX: unit u's input
+// vector is slot (u & (2^x_slots_log2 - 1)) of x_s, K elements each (the MoE down stage: each slot's act), else x_s.
+template <bool kPair, bool kFp8W = false, bool kSlotX = false, class Epi>
+__device__ __forceinline__ void consume_chunks(const ModelArgs& m, SmemHeader& hdr, Ring& ring, const bf16* x_s,
+                                               const StageGeom g, int c0, Epi&& epi, const Tracer& tr, int t, int l,
+                                               int landed_ev, int fp8_mode = kFp8None,
+                                               const float* fp8_scale = nullptr, int x_slots_log2 = 0) {
   constexpr int kLog2W = 3, F = MonoConfig::kEpilogueBatch;
   static_assert(MonoConfig::kConsumerWarps == 1 << kLog2W, "warps per block");
+  static_assert(!(kSlotX && kFp8W), "per-slot inputs are a bf16 MoE stage's");
   const int G = gridDim.x;
-  const StageGeom g = hdr.geo[st];
   const int n = g.chunks, K = g.k, N = g.n, nu = g.nu;
   // nu and wpu = kConsumerWarps / nu are powers of two (plan.py): shifts, not divisions, on the per-chunk path.
   const int nu_log2 = __ffs(nu) - 1, wpu_log2 = kLog2W - nu_log2;
@@ -63,7 +65,9 @@ __device__ __forceinline__ void consume_stage(const ModelArgs& m, SmemHeader& hd
       gemv_partial_fp8<kPair>(w_s, skip0, skip1, x_s, K, nu, wpu_log2, nvalid, fp8_mode, a0, a1);
     } else {
       const bf16* w_s = reinterpret_cast<const bf16*>(ring.base + static_cast<size_t>(ring.slot) * ring.slot_bytes);
-      gemv_partial<kPair>(w_s, x_s, K, nu, wpu_log2, min(nu, N - c * nu), a0, a1);
+      const bf16* x_w = x_s;
+      if constexpr (kSlotX) x_w = x_s + static_cast<size_t>((warp >> wpu_log2) & ((1 << x_slots_log2) - 1)) * K;
+      gemv_partial<kPair>(w_s, x_w, K, nu, wpu_log2, min(nu, N - c * nu), a0, a1);
     }
     // The warp's reads of the slot are done (its sums consumed them): release it before anything else.
     __syncwarp();
@@ -97,6 +101,16 @@ __device__ __forceinline__ void consume_stage(const ModelArgs& m, SmemHeader& hd
       ring.parity ^= 1;
     }
   }
+}
+
+// consume_chunks over layer stage st's geometry (SmemHeader::geo).
+template <bool kPair, bool kFp8W = false, class Epi>
+__device__ __forceinline__ void consume_stage(const ModelArgs& m, SmemHeader& hdr, Ring& ring, const bf16* x_s,
+                                              int st, int c0, Epi&& epi, const Tracer& tr, int t, int l,
+                                              int landed_ev, int fp8_mode = kFp8None,
+                                              const float* fp8_scale = nullptr) {
+  consume_chunks<kPair, kFp8W>(m, hdr, ring, x_s, hdr.geo[st], c0, static_cast<Epi&&>(epi), tr, t, l, landed_ev,
+                               fp8_mode, fp8_scale);
 }
 
 __device__ __forceinline__ void st_bf16(bf16* p, int i, float v) { reinterpret_cast<uint16_t*>(p)[i] = f2bf_bits(v); }

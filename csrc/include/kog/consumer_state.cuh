@@ -56,7 +56,7 @@ struct LaunchFlag<false> {
 // are fields (see TpRanks, LaunchFlag).
 // The layer projections' FP8 scaling (fp8.cuh) is a base, Consumers::fp8_mode: empty in a bf16 kernel (the constant
 // kFp8None), so that its Consumers has the layout (and the code) it has without FP8.
-template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8, bool kMoe>
 struct Consumers : Fp8Mode<kFp8> {
   const ModelArgs& m;
   const StepArgs& step;

@@ -20,6 +20,7 @@
 #include "kog/consumer_state.cuh"
 #include "kog/layer_stages.cuh"
 #include "kog/lm_head.cuh"
+#include "kog/moe_stages.cuh"
 #include "kog/philox.cuh"
 #include "kog/schedule.cuh"
 #include "kog/smem_header.cuh"
@@ -33,10 +34,10 @@ namespace kog {
 
 // x_s and work: the work area (after the header); ring_base: the ring of weight slots; epoch0: the counters' epoch
 // at the launch's start.
-template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8, bool kMoe>
 __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHeader& hdr, bf16* x_s, float* work,
                               uint8_t* ring_base, uint32_t epoch0) {
-  const Consumers<D, HP, kSampled, kTP, kFp8> c(m, step, hdr, x_s, work, ring_base, epoch0);
+  const Consumers<D, HP, kSampled, kTP, kFp8, kMoe> c(m, step, hdr, x_s, work, ring_base, epoch0);
   Ring ring{c.ring_base, c.num_slots, 0, 0u, 0, c.slot_bytes};
   int base = 0;
   constexpr bool tagged_qkv = tagged_attention_chain<kTP>();
@@ -74,17 +75,40 @@ __device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHead
         if (mine > 0) o_stage(c, ring, tk, ly, c0, mine, qkv_mine);
         base = (base + static_cast<int>(c.n_o)) % c.G;
       }
-      {  // gate/up of rmsnorm(o + rin), SiLU(gate) * up
-        const int c0 = first_chunk(c.b, base, c.G);
-        gu_mine = chunks_owned(c0, static_cast<int>(c.n_gu), c.G);
-        if (gu_mine > 0) gate_up_stage(c, ring, tk, ly, c0, gu_mine);
-        base = (base + static_cast<int>(c.n_gu)) % c.G;
-      }
-      {  // down projection + residual
-        const int c0 = first_chunk(c.b, base, c.G);
-        const int mine = chunks_owned(c0, static_cast<int>(c.n_down), c.G);
-        if (mine > 0) down_stage(c, ring, tk, ly, c0, mine, gu_mine);
-        base = (base + static_cast<int>(c.n_down)) % c.G;
+      if constexpr (kMoe) {  // router and route, the routed experts' gate/up, their down projections and sum
+        int router_mine;
+        {
+          const int c0 = first_chunk(c.b, base, c.G);
+          const int n = hdr.moe.router.chunks;
+          router_mine = chunks_owned(c0, n, c.G);
+          if (router_mine > 0) router_stage(c, ring, tk, ly, c0, router_mine);
+          base = (base + n) % c.G;
+        }
+        {
+          const int c0 = first_chunk(c.b, base, c.G);
+          gu_mine = chunks_owned(c0, static_cast<int>(c.n_gu), c.G);
+          if (gu_mine > 0) expert_gu_stage(c, ring, tk, ly, c0, gu_mine, router_mine);
+          base = (base + static_cast<int>(c.n_gu)) % c.G;
+        }
+        {
+          const int c0 = first_chunk(c.b, base, c.G);
+          const int mine = chunks_owned(c0, static_cast<int>(c.n_down), c.G);
+          if (mine > 0) expert_down_stage(c, ring, tk, ly, c0, mine, router_mine + gu_mine);
+          base = (base + static_cast<int>(c.n_down)) % c.G;
+        }
+      } else {
+        {  // gate/up of rmsnorm(o + rin), SiLU(gate) * up
+          const int c0 = first_chunk(c.b, base, c.G);
+          gu_mine = chunks_owned(c0, static_cast<int>(c.n_gu), c.G);
+          if (gu_mine > 0) gate_up_stage(c, ring, tk, ly, c0, gu_mine);
+          base = (base + static_cast<int>(c.n_gu)) % c.G;
+        }
+        {  // down projection + residual
+          const int c0 = first_chunk(c.b, base, c.G);
+          const int mine = chunks_owned(c0, static_cast<int>(c.n_down), c.G);
+          if (mine > 0) down_stage(c, ring, tk, ly, c0, mine, gu_mine);
+          base = (base + static_cast<int>(c.n_down)) % c.G;
+        }
       }
     }
 

@@ -26,8 +26,8 @@ namespace kog {
 // Layer l's table into shared memory, SmemHeader::lay[l & 1] (the previous layer's stays in the other slot): the stage
 // prologues read its pointers right after their waits, whose acquire invalidates L1, so from the global table each
 // read would be an L2 round trip before the hand-off's data loads could even be issued.
-template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
-__device__ __forceinline__ void layer_table_to_smem(const Consumers<D, HP, kSampled, kTP, kFp8>& c, int l) {
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8, bool kMoe>
+__device__ __forceinline__ void layer_table_to_smem(const Consumers<D, HP, kSampled, kTP, kFp8, kMoe>& c, int l) {
   SmemHeader& hdr = c.hdr;
   const int tid = c.tid;
   // The barrier first: every thread is past its reads of layer l - 2's copy. Warp 1 copies while thread 0 already
@@ -63,8 +63,8 @@ __device__ __forceinline__ Fp8LayerScales fp8_scale(const SmemHeader& hdr, int l
 // QKV projection of rmsnorm(residual): the residual is the embedding row at layer 0, else the previous layer's
 // down output + rmid (under TP: the sum of every rank's down partials). Output qkv_out (bf16 [(nh + 2 nkv) D]),
 // and its tagged words in a TP = 1 kernel.
-template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
-__device__ __forceinline__ void qkv_stage(const Consumers<D, HP, kSampled, kTP, kFp8>& c, Ring& ring, const TokenStep& tk,
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8, bool kMoe>
+__device__ __forceinline__ void qkv_stage(const Consumers<D, HP, kSampled, kTP, kFp8, kMoe>& c, Ring& ring, const TokenStep& tk,
                                           const LayerStep& ly, int c0, int mine) {
   using C = MonoConfig;
   constexpr bool tagged_qkv = tagged_attention_chain<kTP>();
@@ -105,8 +105,8 @@ __device__ __forceinline__ void qkv_stage(const Consumers<D, HP, kSampled, kTP, 
 // This block's attention split of the layer (+ the combine, by the last split of the KV head to finish):
 // attention.cuh. Run by the blocks with a split (Consumers::has_task) only; it streams no weights. qkv_t / attn_t:
 // the layer's tagged q / k / v and attention-output words (null where the chain goes through counters).
-template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
-__device__ __forceinline__ void attention_stage(const Consumers<D, HP, kSampled, kTP, kFp8>& c, const TokenStep& tk,
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8, bool kMoe>
+__device__ __forceinline__ void attention_stage(const Consumers<D, HP, kSampled, kTP, kFp8, kMoe>& c, const TokenStep& tk,
                                                 const AttnTask& task, const LayerStep& ly, const uint32_t* qkv_t,
                                                 uint32_t* attn_t) {
   using C = MonoConfig;
@@ -125,8 +125,8 @@ __device__ __forceinline__ void attention_stage(const Consumers<D, HP, kSampled,
 // O projection of the attention output, + the residual: o_out = bf16(o), rmid = bf16(o + rin) (under TP: this
 // rank's partial o to every rank's layer_parts, which the gate/up and down stages sum). qkv_mine: the block's
 // chunks of this layer's QKV stage.
-template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
-__device__ __forceinline__ void o_stage(const Consumers<D, HP, kSampled, kTP, kFp8>& c, Ring& ring, const TokenStep& tk,
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8, bool kMoe>
+__device__ __forceinline__ void o_stage(const Consumers<D, HP, kSampled, kTP, kFp8, kMoe>& c, Ring& ring, const TokenStep& tk,
                                         const LayerStep& ly, int c0, int mine, int qkv_mine) {
   using C = MonoConfig;
   constexpr bool tagged_attn = tagged_attn_output<kTP>();
@@ -176,8 +176,8 @@ __device__ __forceinline__ void o_stage(const Consumers<D, HP, kSampled, kTP, kF
 
 // gate/up of rmsnorm(o + rin): act = bf16(SiLU(gate) * up) (bf16 [I]), and its tagged words when the gate/up ->
 // down hand-off goes through them (Consumers::tagged_gu).
-template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
-__device__ __forceinline__ void gate_up_stage(const Consumers<D, HP, kSampled, kTP, kFp8>& c, Ring& ring,
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8, bool kMoe>
+__device__ __forceinline__ void gate_up_stage(const Consumers<D, HP, kSampled, kTP, kFp8, kMoe>& c, Ring& ring,
                                               const TokenStep& tk, const LayerStep& ly, int c0, int mine) {
   using C = MonoConfig;
   const int t = tk.t, l = ly.l, H = c.H, W = c.tp.W, nkv = c.nkv;
@@ -213,8 +213,8 @@ __device__ __forceinline__ void gate_up_stage(const Consumers<D, HP, kSampled, k
 // down projection of act, + the residual: down_out = bf16(d), rin_next = bf16(d + rmid), the next layer's input
 // (under TP: this rank's partial d to every rank's layer_parts, which the next QKV and O stages sum). gu_mine: the
 // block's chunks of this layer's gate/up stage.
-template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
-__device__ __forceinline__ void down_stage(const Consumers<D, HP, kSampled, kTP, kFp8>& c, Ring& ring, const TokenStep& tk,
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8, bool kMoe>
+__device__ __forceinline__ void down_stage(const Consumers<D, HP, kSampled, kTP, kFp8, kMoe>& c, Ring& ring, const TokenStep& tk,
                                            const LayerStep& ly, int c0, int mine, int gu_mine) {
   using C = MonoConfig;
   const int t = tk.t, l = ly.l, H = c.H, W = c.tp.W, nkv = c.nkv;

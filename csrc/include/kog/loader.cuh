@@ -11,6 +11,7 @@
 #include "kog/fp8.cuh"
 #include "kog/gemv.cuh"
 #include "kog/handoff_hold.cuh"
+#include "kog/moe_route.cuh"
 #include "kog/schedule.cuh"
 #include "kog/smem_header.cuh"
 #include "kog/sync.cuh"
@@ -50,17 +51,33 @@ struct Fp8CursorState {
 template <>
 struct Fp8CursorState<false> {};
 
+// A cursor's MoE state (kMoe): the launch's MoE constants and the loader's copy of the layer's route (SmemHeader::moe)
+// and the routers' weight table; empty in the other kernels.
+template <bool kMoe>
+struct MoeCursorState {
+  const MoeHot* moe;
+  const bf16* const* routers;  // ModelArgs::moe_routers
+};
+template <>
+struct MoeCursorState<false> {};
+
 // This block's chunks in schedule order: token t, layer l, stage st (QKV, O, GU, down per layer, then LM), chunk c.
-// kFp8: the layer stages' weights are FP8 rows with scales (fp8.cuh); the LM head's are bf16.
-template <bool kFp8>
-struct ChunkCursor : Fp8CursorState<kFp8> {
+// kFp8: the layer stages' weights are FP8 rows with scales (fp8.cuh); the LM head's are bf16. kMoe: a layer's stages
+// are QKV, O, the router (kStageMoeRouter), the experts' gate/up (kStageGU) and down (kStageDown) (moe_stages.cuh).
+template <bool kFp8, bool kMoe = false>
+struct ChunkCursor : Fp8CursorState<kFp8>, MoeCursorState<kMoe> {
   int t, l, st, c, base;
   bool done;
   const bf16* w;  // weight matrix of stage (l, st): read from global memory once per stage, not per chunk
 
   __device__ __forceinline__ void start(const HotArgs& h, const StageGeom* geo, int num_tokens,
-                                        const Fp8LayerScales* fp8_scales) {
+                                        const Fp8LayerScales* fp8_scales, const MoeHot* moe = nullptr,
+                                        const bf16* const* routers = nullptr) {
     if constexpr (kFp8) this->fp8 = fp8_scales;
+    if constexpr (kMoe) {
+      this->moe = moe;
+      this->routers = routers;
+    }
     t = 0;
     l = 0;
     st = MonoConfig::kStageQKV;
@@ -69,11 +86,18 @@ struct ChunkCursor : Fp8CursorState<kFp8> {
     c = first_chunk(blockIdx.x, base, gridDim.x);
     settle(h, geo, num_tokens, true);
   }
+  // The geometry of the cursor's stage.
+  __device__ __forceinline__ const StageGeom& geom(const StageGeom* geo) const {
+    if constexpr (kMoe) {
+      if (st == kStageMoeRouter) return this->moe->router;
+    }
+    return geo[st];
+  }
   // Moves past stages in which this block owns no (more) chunks.
   __device__ __forceinline__ void settle(const HotArgs& h, const StageGeom* geo, int num_tokens, bool moved) {
     const int G = gridDim.x;
-    while (!done && c >= geo[st].chunks) {
-      base = (base + geo[st].chunks) % G;
+    while (!done && c >= geom(geo).chunks) {
+      base = (base + geom(geo).chunks) % G;
       if (st == MonoConfig::kStageLM) {
         ++t;
         l = 0;
@@ -82,6 +106,10 @@ struct ChunkCursor : Fp8CursorState<kFp8> {
       } else if (st == MonoConfig::kStageDown) {
         ++l;
         st = l == h.num_layers ? MonoConfig::kStageLM : MonoConfig::kStageQKV;
+      } else if (kMoe && st == MonoConfig::kStageO) {
+        st = kStageMoeRouter;
+      } else if (kMoe && st == kStageMoeRouter) {
+        st = MonoConfig::kStageGU;
       } else {
         ++st;
       }
@@ -89,7 +117,11 @@ struct ChunkCursor : Fp8CursorState<kFp8> {
       moved = true;
     }
     if (moved && !done) {
-      w = st == MonoConfig::kStageLM ? h.lm_head : stage_weight(h, h.layers[l], st);
+      if (kMoe && st == kStageMoeRouter) {
+        if constexpr (kMoe) w = this->routers[l];
+      } else {
+        w = st == MonoConfig::kStageLM ? h.lm_head : stage_weight(h, h.layers[l], st);
+      }
       if constexpr (kFp8) this->s = st == MonoConfig::kStageLM ? nullptr : stage_scale(this->fp8[l], st);
     }
   }
@@ -102,6 +134,18 @@ struct ChunkCursor : Fp8CursorState<kFp8> {
   __device__ __forceinline__ Chunk chunk(const StageGeom* geo) const {
     if constexpr (kFp8) {
       if (fp8_stage()) return chunk_of_fp8(geo[st], w, st == MonoConfig::kStageGU, c);
+    }
+    if constexpr (kMoe) {
+      const MoeHot& mo = *this->moe;
+      if (st == kStageMoeRouter) return chunk_of(mo.router, w, false, c);
+      if (st == MonoConfig::kStageGU) {  // units slot * I + row: nu gate/up row pairs of the slot's expert
+        const StageGeom& g = geo[st];
+        const int per_slot = mo.inter / g.nu;
+        const int s = c / per_slot;
+        const bf16* we = w + static_cast<size_t>(mo.ids[s]) * 2 * mo.inter * g.k;
+        return chunk_of(StageGeom{g.k, mo.inter, g.nu, per_slot}, we, true, c - s * per_slot);
+      }
+      // kStageDown: bytes0 is the chunk's (nu rows of K); run_loader copies each row from its slot's expert.
     }
     return chunk_of(geo[st], w, st == MonoConfig::kStageGU, c);
   }
@@ -120,22 +164,25 @@ __device__ __forceinline__ void prefetch_chunk_l2(const Chunk& ch) {
 // With stage_end_copies / attn_end_copies below num_slots it holds around the block's hand-offs (handoff_hold.cuh).
 // No deadlock: a loader held at a hand-off has issued every chunk up to it, so the earliest hand-off not yet made
 // anywhere has all its chunks in its ring and, by induction over the schedule, all its inputs on their way.
-template <bool kTP, bool kFp8>
+template <bool kTP, bool kFp8, bool kMoe>
 __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader& hdr, uint8_t* ring) {
+  static_assert(!kMoe || (!kTP && !kFp8), "the MoE kernel streams bf16 experts on one GPU");
   const uint64_t policy = l2_evict_first_policy();
   const int ns = static_cast<int>(m.num_slots);
   const size_t slot_bytes = static_cast<size_t>(m.slot_bytes);
   const int hold_stage = static_cast<int>(m.stage_end_copies), hold_attn = static_cast<int>(m.attn_end_copies);
   const bool has_task = has_attn_task(static_cast<int>(m.num_kv_heads), static_cast<int>(m.num_splits));
-  const bool holding = hold_stage < ns || (has_task && hold_attn < ns);
+  // (No hold in a MoE kernel: its router stage has no hand-off sequence number.)
+  const bool holding = !kMoe && (hold_stage < ns || (has_task && hold_attn < ns));
   // A QKV hand-off through tagged words has no release (tagged.cuh): nothing to hold for.
   constexpr bool qkv_unfenced = tagged_attention_chain<kTP>();
   const int L = static_cast<int>(m.num_layers);
   const int fp8_mode = kFp8 ? static_cast<int>(m.fp8_scaling) : static_cast<int>(kFp8None);
   HandoffHold hh;
   int issued = 0;
-  const int ahead = static_cast<int>(m.prefetch_chunks);
-  const int stall_ahead = ahead > 0 ? 0 : static_cast<int>(m.stall_prefetch_chunks);
+  // (None in a MoE kernel: the prefetch cursor would have to wait for routes ahead of the copies.)
+  const int ahead = kMoe ? 0 : static_cast<int>(m.prefetch_chunks);
+  const int stall_ahead = kMoe || ahead > 0 ? 0 : static_cast<int>(m.stall_prefetch_chunks);
   const int cap = static_cast<int>(m.max_inflight);  // 0 or >= ns: no cap
   int lead = 0;
   const int ntok = step.num_tokens;
@@ -145,9 +192,13 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
   const StageGeom* geo = hdr.geo;
   const HotArgs& hot = hdr.hot;
   uint32_t* const ctrs = m.counters;
-  ChunkCursor<kFp8> fill, pref;
-  fill.start(hot, geo, ntok, kFp8 ? m.fp8_scales : nullptr);
-  pref.start(hot, geo, ntok, kFp8 ? m.fp8_scales : nullptr);
+  ChunkCursor<kFp8, kMoe> fill, pref;
+  fill.start(hot, geo, ntok, kFp8 ? m.fp8_scales : nullptr, &hdr.moe, m.moe_routers);
+  pref.start(hot, geo, ntok, kFp8 ? m.fp8_scales : nullptr, &hdr.moe, m.moe_routers);
+  // MoE: the (token, layer) whose route hdr.moe.ids holds, and the counters' epoch at the launch's start (token t's
+  // route is published as epoch0 + t + 1).
+  int route_t = -1, route_l = -1;
+  const uint32_t epoch0 = kMoe ? ld_relaxed(counter(ctrs, kCtrEpoch)) : 0u;
   for (int i = 0; i < ahead && !pref.done; ++i) {
     prefetch_chunk_l2(pref.chunk(geo));
     pref.advance(hot, geo, ntok);
@@ -167,8 +218,23 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
       if (hdr.tok_stop) return;
       cur_t = fill.t;
     }
+    if constexpr (kMoe) {
+      // An expert chunk's source is its slot's routed expert: the layer's route, published by the router stage's last
+      // block (moe_stages.cuh), is this loader's one wait on data. Every chunk before it is issued already, so the
+      // router stage it waits for is never behind it (the induction of the no-deadlock argument above).
+      if ((fill.st == MonoConfig::kStageGU || fill.st == MonoConfig::kStageDown) &&
+          (fill.t != route_t || fill.l != route_l)) {
+        spin_until(ctrs, static_cast<int>(hdr.moe.ctr_base) + 2 * fill.l + 1, epoch0 + static_cast<uint32_t>(fill.t) + 1u,
+                   false);
+        if (aborted(ctrs)) return;
+        const int32_t* r = hdr.moe.route + static_cast<size_t>(fill.l) * 2 * kMoeMaxTopK;
+        for (int s = 0; s < hdr.moe.top_k; ++s) hdr.moe.ids[s] = static_cast<int>(ld_cg_u32(reinterpret_cast<const uint32_t*>(r) + s));
+        route_t = fill.t;
+        route_l = fill.l;
+      }
+    }
     const Chunk ch = fill.chunk(geo);
-    const int K = geo[fill.st].k, nu = geo[fill.st].nu;
+    const int K = fill.geom(geo).k, nu = fill.geom(geo).nu;
     if (tr.p != nullptr && (fill.t != mark_t || fill.l != mark_l)) {
       tr.mark(fill.t, fill.st == MonoConfig::kStageLM ? static_cast<int>(m.num_layers) : fill.l, kEvLoaderLayer);
       mark_t = fill.t;
@@ -216,6 +282,20 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
         bulk_copy_g2s(dst + fp8_span_offset(rows_bytes, K, 0), s0.src, s0.bytes, &hdr.full[slot], policy);
         if (pair) bulk_copy_g2s(dst + fp8_span_offset(rows_bytes, K, 1), s1.src, s1.bytes, &hdr.full[slot], policy);
       }
+    } else if (kMoe && fill.st == MonoConfig::kStageDown) {
+      // nu / k output rows, each from every slot's expert (unit u: row u >> log2 k of the chunk, slot u & (k - 1)),
+      // one K-element row per copy, in unit order where the consumers read them.
+      const MoeHot& mo = hdr.moe;
+      const uint32_t row_bytes = static_cast<uint32_t>(K) * 2u;
+      const int H = geo[MonoConfig::kStageDown].n >> mo.log2_top_k;
+      const int row0 = fill.c * (nu >> mo.log2_top_k);
+      uint8_t* dst = ring + static_cast<size_t>(slot) * slot_bytes;
+      mbar_arrive_expect_tx(&hdr.full[slot], ch.bytes0);
+      for (int u = 0; u < ch.nvalid; ++u) {
+        const int e = mo.ids[u & (mo.top_k - 1)], row = row0 + (u >> mo.log2_top_k);
+        bulk_copy_g2s(dst + u * row_bytes, fill.w + (static_cast<size_t>(e) * H + row) * K, row_bytes,
+                      &hdr.full[slot], policy);
+      }
     } else {
       mbar_arrive_expect_tx(&hdr.full[slot], ch.bytes0 + ch.bytes1);
       uint8_t* dst = ring + static_cast<size_t>(slot) * slot_bytes;
@@ -227,7 +307,7 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
       phase ^= 1u;
     }
     ++issued;
-    if (holding && fill.c + static_cast<int>(gridDim.x) >= geo[fill.st].chunks) {  // the block's last chunk of it
+    if (holding && fill.c + static_cast<int>(gridDim.x) >= fill.geom(geo).chunks) {  // the block's last chunk of it
       // Up to max(h, ns - mine) chunks past it, mine = the block's chunks of the stage (fill.c = c0 + (mine - 1) G,
       // c0 < G): a stage of few chunks per block (O of the 1-2B shapes: 2) lets the ring fill behind the
       // attention's wait, and a full ring has nothing in flight when the release comes (docs/monokernel.md item 9).

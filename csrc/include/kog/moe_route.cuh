@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kog/numerics.cuh"
+#include "kog/sync.cuh"
 #include "kog/warp.cuh"
 
 namespace kog {
@@ -19,6 +20,7 @@ constexpr int kMoeProbsPerLane = kMoeMaxExperts / 32;
 static_assert(kMoeProbsPerLane * 32 == kMoeMaxExperts, "the lanes hold the probabilities evenly");
 
 // Lane `lane` holds experts lane, lane + 32, ... (i < E); the other slots hold -inf logits and 0 probabilities.
+// The logits are read through L2 (other blocks of the launch wrote them).
 // ids [k] (int32) and weights [k] (fp32) are written by lane 0. Called by all 32 lanes of one warp.
 // Softmax as vLLM's topk_softmax computes it: m = max logit, e_i = exp(l_i - m), p_i = e_i * (1 / sum e).
 __device__ __forceinline__ void moe_route_warp(const uint16_t* logits, int E, int k, bool norm_topk_prob,
@@ -29,7 +31,7 @@ __device__ __forceinline__ void moe_route_warp(const uint16_t* logits, int E, in
 #pragma unroll
   for (int j = 0; j < kMoeProbsPerLane; ++j) {
     const int i = lane + 32 * j;
-    p[j] = i < E ? bf2f(logits[i]) : -INFINITY;
+    p[j] = i < E ? bf2f(ld_cg_u16(logits + i)) : -INFINITY;
     mx = fmaxf(mx, p[j]);
   }
 #pragma unroll

@@ -28,7 +28,8 @@ namespace kog {
 
 // HP: the attention pass width (query heads per pass, plan.heads_per_pass): one kernel per width, so that a kernel
 // carries only the attention code its shapes run. kFp8: the layer projections are FP8 rows with scales (fp8.cuh).
-template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
+// kMoe: each layer's MLP is a routed mixture of experts (moe_stages.cuh).
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8, bool kMoe>
 __global__ void __launch_bounds__(MonoConfig::kThreads, 1) monokernel_kernel(const __grid_constant__ StepArgs step) {
   extern __shared__ __align__(128) uint8_t smem[];
   SmemHeader& hdr = *reinterpret_cast<SmemHeader*>(smem);
@@ -47,6 +48,18 @@ __global__ void __launch_bounds__(MonoConfig::kThreads, 1) monokernel_kernel(con
     const int st = threadIdx.x;
     hdr.geo[st] = StageGeom{static_cast<int>(m.stage_k[st]), static_cast<int>(m.stage_n[st]),
                             static_cast<int>(m.stage_nu[st]), static_cast<int>(m.stage_chunks[st])};
+  }
+  if (kMoe && threadIdx.x == 64) {  // (another warp than the tables' copies above and below)
+    hdr.moe.router = StageGeom{static_cast<int>(m.hidden), static_cast<int>(m.moe_experts),
+                               static_cast<int>(m.moe_router_nu), static_cast<int>(m.moe_router_chunks)};
+    hdr.moe.top_k = static_cast<int>(m.moe_top_k);
+    hdr.moe.log2_top_k = __ffs(static_cast<int>(m.moe_top_k)) - 1;
+    hdr.moe.inter = static_cast<int>(m.moe_inter);
+    hdr.moe.experts = static_cast<int>(m.moe_experts);
+    hdr.moe.norm_topk = static_cast<int>(m.moe_norm_topk);
+    hdr.moe.ctr_base = static_cast<int>(m.moe_ctr_base);
+    hdr.moe.logits = m.moe_logits;
+    hdr.moe.route = m.moe_route;
   }
   if (threadIdx.x == 0) {
     hdr.hot = HotArgs{m.cos_sin, m.final_norm, m.lm_head, m.layers, m.argmax_slots,
@@ -68,12 +81,12 @@ __global__ void __launch_bounds__(MonoConfig::kThreads, 1) monokernel_kernel(con
   uint8_t* ring = smem + MonoConfig::kHeaderBytes + m.work_bytes;
   if (threadIdx.x >= MonoConfig::kConsumerThreads) {
     setmaxnreg_dec<MonoConfig::kLoaderRegs>();
-    if (threadIdx.x == MonoConfig::kLoaderWarp * 32) run_loader<kTP, kFp8>(m, step, hdr, ring);
+    if (threadIdx.x == MonoConfig::kLoaderWarp * 32) run_loader<kTP, kFp8, kMoe>(m, step, hdr, ring);
     return;
   }
   setmaxnreg_inc<MonoConfig::kConsumerRegs>();
   const uint32_t epoch0 = ld_relaxed(counter(m.counters, kCtrEpoch));
-  run_consumers<D, HP, kSampled, kTP, kFp8>(m, step, hdr, reinterpret_cast<bf16*>(smem + MonoConfig::kHeaderBytes),
+  run_consumers<D, HP, kSampled, kTP, kFp8, kMoe>(m, step, hdr, reinterpret_cast<bf16*>(smem + MonoConfig::kHeaderBytes),
                    reinterpret_cast<float*>(smem + MonoConfig::kHeaderBytes), ring, epoch0);
 }
 

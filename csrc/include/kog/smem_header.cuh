@@ -9,8 +9,20 @@
 #include "kog/args.cuh"
 #include "kog/config.cuh"
 #include "kog/gemv.cuh"
+#include "kog/moe_route.cuh"
 
 namespace kog {
+
+// A MoE kernel's launch constants (ModelArgs::moe_*), copied at kernel start, and the route of the layer being run:
+// `ids` is the loader's copy (it addresses the expert chunks), `weights` the consumers' (the down epilogue).
+struct MoeHot {
+  StageGeom router;  // K = hidden, N = E rows
+  int top_k, log2_top_k, inter, experts, norm_topk, ctr_base;
+  bf16* logits;      // ModelArgs::moe_logits
+  int32_t* route;    // ModelArgs::moe_route
+  int ids[kMoeMaxTopK];
+  float weights[kMoeMaxTopK];
+};
 
 struct SmemHeader {
   StageGeom geo[MonoConfig::kNumStages];  // ModelArgs::stage_*, copied at kernel start (see StageGeom)
@@ -28,9 +40,14 @@ struct SmemHeader {
   LayerArgs lay[2];                         // layer l's table in lay[l & 1], copied at the layer's start
   float resid[MonoConfig::kMaxResidRows];  // residual values of this block's O / down rows
   int bt[MonoConfig::kBtCacheEntries];
-  // FP8 kernels: layer l's scale pointers in fp8_lay[l & 1], copied with its table (last: the fields above keep
-  // their offsets in every kernel).
-  Fp8LayerScales fp8_lay[2];
+  // Last, so that the fields above keep their offsets in every kernel; an FP8 kernel is never a MoE kernel, so they
+  // share their bytes:
+  union {
+    // FP8 kernels: layer l's scale pointers in fp8_lay[l & 1], copied with its table.
+    Fp8LayerScales fp8_lay[2];
+    // MoE kernels (moe_stages.cuh).
+    MoeHot moe;
+  };
 };
 static_assert(sizeof(SmemHeader) <= MonoConfig::kHeaderBytes, "shared-memory header overflows kHeaderBytes");
 

@@ -28,8 +28,8 @@ namespace kog {
 // logits (bf16, penalised in place with vLLM's penalties), and this thread's best key over its rows: greedy argmax,
 // or vLLM's Gumbel-max draw (kSampled; 0 for a filtered draw, which ranks the rows once the grid's cut is known:
 // filtered_draw). rkey: the sampler's row key of the token.
-template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
-__device__ __forceinline__ uint64_t lm_head_stage(const Consumers<D, HP, kSampled, kTP, kFp8>& c, Ring& ring,
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8, bool kMoe>
+__device__ __forceinline__ uint64_t lm_head_stage(const Consumers<D, HP, kSampled, kTP, kFp8, kMoe>& c, Ring& ring,
                                                   const TokenStep& tk, int c0, bf16* logits, uint32_t rkey) {
   using C = MonoConfig;
   const ModelArgs& m = c.m;
@@ -66,8 +66,8 @@ __device__ __forceinline__ uint64_t lm_head_stage(const Consumers<D, HP, kSample
 // top-k / top-p / min-p: burst_sampling.cuh's three steps over this block's rows of the logits (every block adds
 // its rows to the grid's histogram; the last to arrive finds the cut and publishes it; every block then ranks its
 // rows against the cut). c0, mine: the block's LM-head chunks (mine may be 0). Returns this thread's best key.
-template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
-__device__ __forceinline__ uint64_t filtered_draw(const Consumers<D, HP, kSampled, kTP, kFp8>& c, const TokenStep& tk,
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8, bool kMoe>
+__device__ __forceinline__ uint64_t filtered_draw(const Consumers<D, HP, kSampled, kTP, kFp8, kMoe>& c, const TokenStep& tk,
                                                   int c0, int mine, const bf16* logits, uint32_t rkey) {
   using C = MonoConfig;
   const ModelArgs& m = c.m;
@@ -103,8 +103,8 @@ __device__ __forceinline__ uint64_t filtered_draw(const Consumers<D, HP, kSample
 
 // The block's best key to the grid (argmax_slots[b]), then one add to the LM counter: true in the block whose add
 // completes the token's count (the finisher).
-template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
-__device__ __forceinline__ bool block_best_to_grid(const Consumers<D, HP, kSampled, kTP, kFp8>& c, const TokenStep& tk,
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8, bool kMoe>
+__device__ __forceinline__ bool block_best_to_grid(const Consumers<D, HP, kSampled, kTP, kFp8, kMoe>& c, const TokenStep& tk,
                                                    uint64_t best) {
   using C = MonoConfig;
   SmemHeader& hdr = c.hdr;
@@ -122,8 +122,8 @@ __device__ __forceinline__ bool block_best_to_grid(const Consumers<D, HP, kSampl
 }
 
 // Run by the finisher's warp 0: the grid's best key.
-template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
-__device__ __forceinline__ uint64_t grid_best_key(const Consumers<D, HP, kSampled, kTP, kFp8>& c) {
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8, bool kMoe>
+__device__ __forceinline__ uint64_t grid_best_key(const Consumers<D, HP, kSampled, kTP, kFp8, kMoe>& c) {
   uint64_t k = grid_max_key(c.hdr.hot.argmax_slots, c.G);
   if constexpr (kSampled && !kTP) {
     if (c.filtered.on) {  // the split level's rows, ranked by column (burst_sampling.cuh), gathered into the work

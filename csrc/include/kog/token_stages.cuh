@@ -20,8 +20,8 @@ namespace kog {
 // the token-ready wait gave up (sync.cuh) and tokens_out[t - 1] may never have been written: this block then saw
 // the abort word (its own record, or the one that made its wait give up) and takes the launch's input id instead,
 // so that no garbage id addresses the embedding (the launch reports no token either way).
-template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
-__device__ __forceinline__ TokenStep begin_token(const Consumers<D, HP, kSampled, kTP, kFp8>& c, int t) {
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8, bool kMoe>
+__device__ __forceinline__ TokenStep begin_token(const Consumers<D, HP, kSampled, kTP, kFp8, kMoe>& c, int t) {
   const StepArgs& step = c.step;
   const int bs = c.bs;
   const uint32_t e = c.epoch0 + static_cast<uint32_t>(t);
@@ -47,8 +47,8 @@ __device__ __forceinline__ TokenStep begin_token(const Consumers<D, HP, kSampled
 // This block's attention split of the token (kv head b / S, split b % S, Consumers::has_task): its range of the
 // context, whether it holds the token's position (and appends its K and V), and the block-table entries of its
 // range, cached in shared memory (SmemHeader::bt) when they fit.
-template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
-__device__ __forceinline__ void plan_attention_split(const Consumers<D, HP, kSampled, kTP, kFp8>& c, const TokenStep& tk,
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8, bool kMoe>
+__device__ __forceinline__ void plan_attention_split(const Consumers<D, HP, kSampled, kTP, kFp8, kMoe>& c, const TokenStep& tk,
                                                      AttnTask& task) {
   using C = MonoConfig;
   const StepArgs& step = c.step;
@@ -87,8 +87,8 @@ __device__ __forceinline__ void plan_attention_split(const Consumers<D, HP, kSam
 // Between two tokens of the launch: token t as the finisher published it, read back by every block after the
 // token-ready wait; true when the launch stops after it (a stop id, or the host cancelled the launch). Either way
 // the loader learns it through tok_stop / tok_go.
-template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
-__device__ __forceinline__ bool token_stops(const Consumers<D, HP, kSampled, kTP, kFp8>& c, const TokenStep& tk) {
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8, bool kMoe>
+__device__ __forceinline__ bool token_stops(const Consumers<D, HP, kSampled, kTP, kFp8, kMoe>& c, const TokenStep& tk) {
   const StepArgs& step = c.step;
   const int t = tk.t;
   consumer_wait(c.ctrs, kCtrTokenReady, tk.next);
@@ -106,8 +106,8 @@ __device__ __forceinline__ bool token_stops(const Consumers<D, HP, kSampled, kTP
 
 // The end of the launch, after its ntok tokens: the last block to finish advances the epoch and resets what
 // counts from 0 within a launch.
-template <int D, int HP, bool kSampled, bool kTP, bool kFp8>
-__device__ __forceinline__ void finish_launch(const Consumers<D, HP, kSampled, kTP, kFp8>& c, int ntok) {
+template <int D, int HP, bool kSampled, bool kTP, bool kFp8, bool kMoe>
+__device__ __forceinline__ void finish_launch(const Consumers<D, HP, kSampled, kTP, kFp8, kMoe>& c, int ntok) {
   using C = MonoConfig;
   const ModelArgs& m = c.m;
   const StepArgs& step = c.step;

@@ -25,6 +25,7 @@ REASONS = {
     # the device (the extension: extension.py)
     "not_cuda": "device {device} is not a CUDA GPU",
     "capability": "compute capability {capability}: the monokernel is built for sm_90a (H100/H200) only",
+    "moe_tp": "mixture of experts at tensor-parallel size {tp}: the MoE kernel runs on one GPU",
     "residency": "the device holds {held} blocks of the monokernel at once (occupancy x available SMs), its grid is "
                  "{grid} (another process or a partition holding SMs?)",
     # the shape
@@ -230,6 +231,7 @@ def weights_reason(weights: Any, device: Any) -> str | None:
 
     s = weights.shape
     fp8 = getattr(weights, "fp8", None)
+    moe = getattr(weights, "moe", None)  # moe_step.MoeDecoderWeights: a Qwen3-MoE model (the MoE kernel)
     if fp8 not in FP8_SCALING:
         return REASONS["fp8_unknown_layout"].format(fp8=fp8)
     H, D, I = s.hidden_size, s.head_dim, s.intermediate_size
@@ -248,6 +250,11 @@ def weights_reason(weights: Any, device: Any) -> str | None:
         checks += [(f"layer {i} input_norm", lw.input_norm, (H,)), (f"layer {i} post_norm", lw.post_norm, (H,))]
         projections = (("qkv", "qkv_scale", nq, H), ("o_proj", "o_scale", H, s.num_heads * D),
                        ("gate_up", "gate_up_scale", 2 * I, H), ("down", "down_scale", H, I))  # fmt: skip
+        if moe is not None:  # the experts in vLLM's fused layout, and the router
+            projections = projections[:2]
+            E, Im = moe.num_experts, moe.intermediate_size
+            checks += [(f"layer {i} router", lw.router, (E, H)), (f"layer {i} w13", lw.w13, (E, 2 * Im, H)),
+                       (f"layer {i} w2", lw.w2, (E, H, Im))]  # fmt: skip
         for name, scale, n, k in projections:
             checks.append((f"layer {i} {name}", getattr(lw, name), (n, k), wdtype))
             if fp8 is not None:
@@ -265,6 +272,17 @@ def weights_reason(weights: Any, device: Any) -> str | None:
         if reason is not None:
             return reason
     return None
+
+
+def moe_plan_or_reason(s: Any, moe: Any, sm_count: int, tp_world: int) -> Any:
+    """The MoE kernel's plan (moe_plan.MoePlan) for shape s with experts moe (moe_step.MoeShape), or why there is
+    none: it runs on one GPU, with bf16 weights, for the shapes moe_plan has an instantiation for."""
+    from kog_backend.monokernel.moe_plan import make_moe_plan
+
+    world = max(s.tp_size, tp_world)
+    if world > 1:
+        return REASONS["moe_tp"].format(tp=world)
+    return make_moe_plan(s, moe, sm_count)
 
 
 def unsupported_reason(weights: Any, kv_caches: list[Any], device: Any, sm_count: int | None = None,
@@ -291,7 +309,11 @@ def unsupported_reason(weights: Any, kv_caches: list[Any], device: Any, sm_count
             return reason
     if sm_count is None:
         sm_count = torch.cuda.get_device_properties(device).multi_processor_count
-    plan = make_plan(s, sm_count, weights.projection_bytes)
+    moe = getattr(weights, "moe", None)
+    if moe is not None:
+        plan = moe_plan_or_reason(s, moe, sm_count, tp_world)
+    else:
+        plan = make_plan(s, sm_count, weights.projection_bytes)
     if isinstance(plan, str):
         return plan
     reason = weights_reason(weights, device)

@@ -30,8 +30,10 @@ REASONS = {
     "slots": "shared memory: intermediate_size {intermediate} / hidden_size {hidden} need {work} B of input vector "
              "and {slot} B slots, room for {slots} weight slots (< {least})",
     "moe_experts": "num_experts {experts}: the route stage holds 1 to {most} router probabilities",
-    "moe_top_k": "num_experts_per_tok {k}: the MoE schedule routes 1 to {most} experts per token, at most "
-                 "num_experts ({experts})",
+    "moe_top_k": "num_experts_per_tok {k}: the MoE schedule routes a power of two from 1 to {most} experts per "
+                 "token, at most num_experts ({experts})",
+    "moe_kernel": "head_dim {head_dim} with {group} query heads per KV head: the MoE kernel is built for head_dim 128 "
+                  "and 3 or more query heads per KV head (Qwen3-MoE's shapes)",
     "filtered_grid": "top-k/top-p/min-p bursts: {grid} blocks, the split-level buffer holds {most}",
     "filtered_work": "top-k/top-p/min-p bursts: {rows} LM-head rows per block need {need} B of the {work} B work area",
 }
@@ -91,8 +93,17 @@ def moe_reason(experts: int, top_k: int) -> str | None:
     """The route stage's bounds (MOE_MAX_EXPERTS router probabilities in one block, MOE_MAX_TOP_K slots)."""
     if not 1 <= experts <= MOE_MAX_EXPERTS:
         return REASONS["moe_experts"].format(experts=experts, most=MOE_MAX_EXPERTS)
-    if not 1 <= top_k <= min(MOE_MAX_TOP_K, experts):
+    if not 1 <= top_k <= min(MOE_MAX_TOP_K, experts) or top_k & (top_k - 1):
+        # (a power of two: a row's k slots are k aligned lanes of one warp in the down stage's epilogue)
         return REASONS["moe_top_k"].format(k=top_k, most=MOE_MAX_TOP_K, experts=experts)
+    return None
+
+
+def moe_kernel_reason(head_dim: int, group: int) -> str | None:
+    """The MoE kernel instantiation (csrc/monokernel.cu has_moe_kernel): head dim 128, the kHeadsPerPass pass width
+    (plan.heads_per_pass: 3 or more query heads per KV head)."""
+    if head_dim != 128 or group < 3:
+        return REASONS["moe_kernel"].format(head_dim=head_dim, group=group)
     return None
 
 
