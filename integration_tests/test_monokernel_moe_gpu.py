@@ -9,8 +9,9 @@ test_monokernel_gpu.py does for the dense stages):
     within 1e-5 relative;
   * act (every slot's silu(gate) * up, on the kernel's route) within 2 bf16 ulps; down_out (the slots' sum) and
     rin_next = bf16(down_out + rmid) as the dense bounds;
-and end to end the logits against moe_step's decode on a copy of the caches within 5e-2 relative norm (a layer whose
-route flips at a near tie moves them further; such steps are reported, not failed, when a near tie is present).
+and end to end the logits against moe_step's decode on a copy of the caches within 5e-2 relative norm, unless some
+layer's k-th and (k+1)-th router logits are within 2 bf16 ulps (the reference may route that layer otherwise: such
+steps are reported, not failed).
 Shapes: two tiny Qwen3-MoE (8 experts top-2, 16 experts top-8 renormalised) and two layers of Qwen3-30B-A3B's (128
 experts, top-8, I 768, hidden 2048) with a small vocabulary; contexts 1, 17, 300; and a K = 4 burst equal to four
 K = 1 launches.
@@ -79,12 +80,26 @@ def _close(errors, name, got, exp, rtol=1e-2, atol_rel=1e-2, ulps=0):
 
 
 def _near_tie(probs, k):
+    """The k-th and (k+1)-th probabilities distinct but within 1e-5 relative: the softmax's summation order may
+    order them either way."""
     p = torch.sort(probs, descending=True, stable=True).values
     return k < p.numel() and 0 < (p[k - 1] - p[k]).item() <= 1e-5 * p[k].item()
 
 
+def _close_call(logits, k):
+    """The k-th and (k+1)-th router logits within 2 bf16 ulps: a reference whose logits differ from the kernel's by
+    an ulp (fp32 sums in another order) may route this layer otherwise, and its decode then differs from the
+    kernel's by more than rounding."""
+    v = torch.sort(logits.float(), descending=True).values
+    if k >= v.numel():
+        return False
+    ulp = 2.0 ** (math.floor(math.log2(max(abs(v[k].item()), 1e-30))) - 7)
+    return (v[k - 1] - v[k]).item() <= 2 * ulp
+
+
 def _check_layers(w, mk, token, errors) -> int:
-    """Every layer's MoE block from the kernel's own inputs; returns the layers with a near tie in their route."""
+    """Every layer's MoE block from the kernel's own inputs; returns the layers whose route is a close call
+    (_close_call), where the end-to-end reference may route otherwise."""
     moe, s = w.moe, w.shape
     k, I = moe.top_k, moe.intermediate_size
     near = 0
@@ -95,10 +110,11 @@ def _check_layers(w, mk, token, errors) -> int:
         exp = moe_reference.moe_block_stages(lw, x, moe, mk.moe_plan)
         _close(errors, f"layer {l} router logits", logits, exp.router_logits)
         route = moe_step.route(logits, moe)
+        near += int(_close_call(logits, k))
         ids = mk.moe_route[l, :k].long()
         weights = mk.moe_route[l, 8 : 8 + k].view(torch.float32)
         if _near_tie(route.probs, k):
-            near += 1
+            pass
         elif not torch.equal(ids, route.experts):
             errors.append(f"layer {l} route {ids.tolist()} != {route.experts.tolist()}")
             continue
@@ -139,7 +155,7 @@ def test_moe_step_matches_reference(name, ctx):
     hidden = moe_step.decode_hidden(w, ref_caches, w.embed[token], pos, slot, bt, pos + 1)
     ref = torch_step.logits(w, hidden).float()
     rel = ((logits.float()[: ref.numel()] - ref).norm() / ref.norm()).item()
-    print(f"[{name} ctx {ctx}] logits rel err {rel:.2e}, layers with a near tie {near}")
+    print(f"[{name} ctx {ctx}] logits rel err {rel:.2e}, layers whose route is a close call {near}")
     if not math.isfinite(rel) or (rel > 5e-2 and near == 0):
         errors.append(f"logits rel err {rel:.2e} against moe_step")
     assert not errors, "\n".join(errors[:20])
