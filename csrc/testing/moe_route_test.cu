@@ -15,8 +15,10 @@ namespace kog {
 namespace {
 
 __global__ void moe_route_kernel(const uint16_t* logits, int E, int k, bool norm, int32_t* ids, float* weights) {
+  __shared__ float probs[kMoeMaxExperts];
+  __shared__ float chosen[kMoeMaxTopK];
   const int row = blockIdx.x;
-  moe_route_warp(logits + static_cast<int64_t>(row) * E, E, k, norm, ids + row * k, weights + row * k);
+  moe_route_warp(logits + static_cast<int64_t>(row) * E, E, k, norm, ids + row * k, weights + row * k, probs, chosen);
 }
 
 }  // namespace

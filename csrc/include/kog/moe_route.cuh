@@ -13,73 +13,62 @@
 
 namespace kog {
 
-// Bounds of the route (the gate's tiling.MOE_MAX_EXPERTS / MOE_MAX_TOP_K): E probabilities held 8 per lane.
+// Bounds of the route (the gate's tiling.MOE_MAX_EXPERTS / MOE_MAX_TOP_K): E probabilities in the caller's shared
+// memory (the monokernel: its residual rows, moe_stages.cuh).
 constexpr int kMoeMaxExperts = 256;
 constexpr int kMoeMaxTopK = 8;
-constexpr int kMoeProbsPerLane = kMoeMaxExperts / 32;
-static_assert(kMoeProbsPerLane * 32 == kMoeMaxExperts, "the lanes hold the probabilities evenly");
 
-// Lane `lane` holds experts lane, lane + 32, ... (i < E); the other slots hold -inf logits and 0 probabilities.
-// The logits are read through L2 (other blocks of the launch wrote them).
-// ids [k] (int32) and weights [k] (fp32) are written by lane 0. Called by all 32 lanes of one warp.
-// Softmax as vLLM's topk_softmax computes it: m = max logit, e_i = exp(l_i - m), p_i = e_i * (1 / sum e).
+// probs: shared memory of >= E floats, chosen: of >= k floats (scratch, only this warp's). Lane `lane` takes experts
+// lane, lane + 32, ... (i < E). ids [k] (int32) and weights [k] (fp32) are written by lane 0. Called by all 32 lanes
+// of one warp. The logits are read through L2 (other blocks of the launch wrote them).
+// Softmax as vLLM's topk_softmax computes it: m = max logit, e_i = exp(l_i - m), p_i = e_i * (1 / sum e). The
+// per-expert values live in shared memory, not in registers: inlined into the monokernel, register arrays here made
+// the kernel's GEMV loops spill.
 __device__ __forceinline__ void moe_route_warp(const uint16_t* logits, int E, int k, bool norm_topk_prob,
-                                               int32_t* ids, float* weights) {
+                                               int32_t* ids, float* weights, float* probs, float* chosen) {
   const int lane = threadIdx.x & 31;
-  float p[kMoeProbsPerLane];
   float mx = -INFINITY;
-#pragma unroll
-  for (int j = 0; j < kMoeProbsPerLane; ++j) {
-    const int i = lane + 32 * j;
-    p[j] = i < E ? bf2f(ld_cg_u16(logits + i)) : -INFINITY;
-    mx = fmaxf(mx, p[j]);
+  for (int i = lane; i < E; i += 32) {
+    const float v = bf2f(ld_cg_u16(logits + i));
+    probs[i] = v;
+    mx = fmaxf(mx, v);
   }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
   float sum = 0.f;
-#pragma unroll
-  for (int j = 0; j < kMoeProbsPerLane; ++j) {
-    p[j] = lane + 32 * j < E ? expf(p[j] - mx) : 0.f;
-    sum += p[j];
+  for (int i = lane; i < E; i += 32) {
+    const float e = expf(probs[i] - mx);
+    probs[i] = e;
+    sum += e;
   }
   const float inv = 1.f / warp_sum(sum);
-#pragma unroll
-  for (int j = 0; j < kMoeProbsPerLane; ++j) p[j] *= inv;
+  for (int i = lane; i < E; i += 32) probs[i] *= inv;
   // k rounds of the warp's largest key: the probability's bits above (non-negative floats order as their bits),
-  // the complement of the expert index below (the lower index wins a tie). A chosen expert's slot drops to -1.
+  // the complement of the expert index below (the lower index wins a tie). A chosen expert's probability drops to -1.
   float chosen_sum = 0.f;
-  float chosen[kMoeMaxTopK];
-  int32_t chosen_id[kMoeMaxTopK];
-#pragma unroll
-  for (int r = 0; r < kMoeMaxTopK; ++r) {
-    if (r >= k) break;
+  for (int r = 0; r < k; ++r) {
     uint64_t best = 0;
-#pragma unroll
-    for (int j = 0; j < kMoeProbsPerLane; ++j) {
-      const int i = lane + 32 * j;
-      const uint64_t bits = static_cast<uint64_t>(__float_as_uint(p[j])) << 32;
-      const uint64_t key = i < E && p[j] >= 0.f ? bits | (0xffffffffu - static_cast<uint32_t>(i)) : 0;
+    for (int i = lane; i < E; i += 32) {
+      const float p = probs[i];
+      const uint64_t key = p >= 0.f ? (static_cast<uint64_t>(__float_as_uint(p)) << 32) |
+                                          (0xffffffffu - static_cast<uint32_t>(i))
+                                    : 0;
       best = key > best ? key : best;
     }
     best = warp_max_u64(best);
     const int id = static_cast<int>(0xffffffffu - static_cast<uint32_t>(best));
     const float prob = __uint_as_float(static_cast<uint32_t>(best >> 32));
-#pragma unroll
-    for (int j = 0; j < kMoeProbsPerLane; ++j) {
-      if (lane + 32 * j == id) p[j] = -1.f;
+    if (lane == (id & 31)) probs[id] = -1.f;
+    __syncwarp();
+    if (lane == 0) {
+      ids[r] = id;
+      chosen[r] = prob;
     }
-    chosen[r] = prob;
-    chosen_id[r] = id;
     chosen_sum += prob;
   }
   // (chosen_sum adds the k probabilities in slot order; the reference's w / w.sum() may add them in another.)
   if (lane == 0) {
-#pragma unroll
-    for (int r = 0; r < kMoeMaxTopK; ++r) {
-      if (r >= k) break;
-      ids[r] = chosen_id[r];
-      weights[r] = norm_topk_prob ? __fdiv_rn(chosen[r], chosen_sum) : chosen[r];
-    }
+    for (int r = 0; r < k; ++r) weights[r] = norm_topk_prob ? __fdiv_rn(chosen[r], chosen_sum) : chosen[r];
   }
 }
 

@@ -27,6 +27,9 @@ namespace kog {
 __device__ __forceinline__ int moe_router_counter(const MoeHot& mo, int l) { return mo.ctr_base + 2 * l; }
 __device__ __forceinline__ int moe_route_counter(const MoeHot& mo, int l) { return mo.ctr_base + 2 * l + 1; }
 
+// The route's scratch: the block's residual rows (free between the O stage's epilogue and the down stage's gather).
+static_assert(kMoeMaxExperts <= MonoConfig::kMaxResidRows, "the route's probabilities fit SmemHeader::resid");
+
 // x_s = rmsnorm(o + rin) with the post-attention norm, once the O stage is complete (the router's and the experts'
 // input, as the dense gate/up stage's).
 template <int D, int HP, bool kSampled, bool kTP, bool kFp8, bool kMoe>
@@ -57,12 +60,16 @@ __device__ __forceinline__ void router_stage(const Consumers<D, HP, kSampled, kT
     hdr.bcast[0] = old + static_cast<uint32_t>(mine) == tk.next * n ? 1 : 0;
   }
   consumer_sync();
-  if (hdr.bcast[0] != 0 && c.tid < 32) {
-    int32_t* const route = mo.route + static_cast<size_t>(l) * 2 * kMoeMaxTopK;
-    moe_route_warp(reinterpret_cast<const uint16_t*>(logits), mo.experts, mo.top_k, mo.norm_topk != 0, route,
-                   reinterpret_cast<float*>(route + kMoeMaxTopK));
-    // Lane 0 wrote the route: its release publishes it to the loaders and the down stages.
-    if (c.tid == 0) st_release(counter(c.ctrs, moe_route_counter(mo, l)), tk.next);
+  if (hdr.bcast[0] != 0) {  // (the same value in every thread: read after the barrier)
+    if (c.tid < 32) {
+      int32_t* const route = mo.route + static_cast<size_t>(l) * 2 * kMoeMaxTopK;
+      moe_route_warp(reinterpret_cast<const uint16_t*>(logits), mo.experts, mo.top_k, mo.norm_topk != 0, route,
+                     reinterpret_cast<float*>(route + kMoeMaxTopK), hdr.resid, hdr.moe.weights);
+      // Lane 0 wrote the route: its release publishes it to the loaders and the down stages.
+      if (c.tid == 0) st_release(counter(c.ctrs, moe_route_counter(mo, l)), tk.next);
+    }
+    // The route's scratch (resid, moe.weights) is the down stage's: no warp goes on before warp 0 is done with it.
+    consumer_sync();
   }
 }
 
