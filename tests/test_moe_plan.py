@@ -66,6 +66,22 @@ def test_every_expert_unit_of_every_slot_in_exactly_one_chunk(name):
     assert k * I * 2 <= plan.kernel.work_bytes and plan.kernel.smem_bytes <= 227 * 1024
 
 
+@pytest.mark.parametrize("name", MOE_SHAPES)
+def test_down_epilogue_meets_a_rows_slots_in_one_warp(name):
+    """moe_stages.cuh's down epilogue sums a row's k slot outputs by shuffles: in consume_chunks' batched epilogue
+    thread q = (chunk of the batch) nu + unit runs unit row * k + slot, so the k units of a row must be k aligned
+    lanes of one warp, every one of them valid (no unit past N skips the shuffle)."""
+    shape, moe = _shapes(name)
+    plan = moe_plan.make_moe_plan(shape, moe, SMS)
+    d, k = plan.expert_down, moe.top_k
+    assert d.nu % k == 0 and d.nu <= 8 and 32 % d.nu == 0 and d.n == d.chunks * d.nu == k * shape.hidden_size
+    batch = 8  # kEpilogueBatch chunks: threads 0 .. 8 nu - 1
+    for q in range(batch * d.nu):
+        unit = q % d.nu
+        first = q - unit % k  # the lane of the row's slot 0
+        assert first % k == 0 and first // 32 == (first + k - 1) // 32
+
+
 def test_qwen3_30b_a3b_bytes_per_token():
     """The plan's streamed bytes plus the embedding row and the final norm equal the benchmark's estimate
     (tools.fixtures.shapes.weight_bytes_per_token: 6.08 GB, the router and 8 of 128 experts per layer)."""
