@@ -66,6 +66,11 @@ class KogConfig:
     # (csrc/include/kog/fp8.cuh). Off by default until its GPU tests (integration_tests/test_monokernel_fp8_gpu.py,
     # the FP8 teacher forcing of test_teacher_forcing.py) have passed on a GPU; off, an FP8 model is served stock.
     fp8_weights: bool = False
+    # Mixture of experts: run Qwen3-MoE models (Qwen3-30B-A3B, Qwen3-Coder-30B-A3B; one GPU, bf16) on the MoE kernel
+    # instantiation (csrc/include/kog/moe_stages.cuh, docs/moe.md). Off by default until its GPU tests
+    # (integration_tests/test_monokernel_moe_gpu.py) and teacher forcing against stock have passed; off, every
+    # mixture-of-experts model is served stock.
+    moe_kernel: bool = False
     # Where workers write their fallback counters for `kog stats` ("" = $KOG_STATE_DIR or /tmp/kog_backend).
     state_dir: str = ""
     # Fault injection, for the fault tests only (integration_tests/test_fault_*.py; off in production): the

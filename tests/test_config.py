@@ -16,7 +16,7 @@ def test_field_set_is_documented_one():
     # A new field needs parsing rules and tests here; this fails until both exist.
     assert FIELDS == {
         "enabled", "step_impl", "tokens_per_step", "sampled_bursts", "run_ahead", "step_timeline", "tp_monokernel",
-        "collective", "fp8_weights", "state_dir", "inject_fault", "inject_fault_launch",
+        "collective", "fp8_weights", "moe_kernel", "state_dir", "inject_fault", "inject_fault_launch",
     }
 
 
@@ -28,6 +28,7 @@ def test_defaults():
     assert cfg.collective is False  # not yet measured against NCCL on several GPUs (config.py)
     assert cfg.tp_monokernel is False  # not yet verified on several GPUs (config.py)
     assert cfg.fp8_weights is False  # the FP8 kernel not yet verified on a GPU (config.py)
+    assert cfg.moe_kernel is False  # the MoE kernel not yet verified on a GPU (config.py)
     assert cfg.run_ahead is True and cfg.step_timeline is False
     assert cfg.inject_fault == "" and cfg.inject_fault_launch == 2  # fault injection off in production
 
@@ -106,7 +107,7 @@ def test_error_is_a_value_error():
 
 def test_all_fields_together_round_trip():
     raw = {"enabled": False, "step_impl": "torch", "tokens_per_step": 4, "sampled_bursts": True, "run_ahead": True,
-           "step_timeline": True, "tp_monokernel": True, "collective": True, "fp8_weights": True, "state_dir": "/tmp/x",
+           "step_timeline": True, "tp_monokernel": True, "collective": True, "fp8_weights": True, "moe_kernel": True, "state_dir": "/tmp/x",
            "inject_fault": "hang", "inject_fault_launch": 5}
     cfg = KogConfig.from_dict(raw)
     assert cfg.to_dict() == raw

@@ -88,7 +88,7 @@ class KogModelRunner(GPUModelRunnerV2):
         if self.kog_disabled_reason is not None:
             return
         try:
-            self._kog_weights = model_spec.from_vllm_model(self.model, self.vllm_config)
+            self._kog_weights = model_spec.from_vllm_model(self.model, self.vllm_config, self.kog_config.moe_kernel)
         except model_spec.UnsupportedModel as e:
             self._kog_disable(str(e))
 

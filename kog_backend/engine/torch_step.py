@@ -17,7 +17,7 @@ import torch
 
 from kog_backend.engine.step_io import BurstTokens, StepInputs
 from kog_backend.path import model_spec
-from kog_backend.reference import torch_step
+from kog_backend.reference import moe_step, torch_step
 
 
 class TorchStep:
@@ -71,6 +71,7 @@ class TorchStep:
         on the device; the host only knows an upper bound of the context length (seq_lens_cpu_upper_bound)."""
         residual = self.model.model.embed_tokens(token)[0]
         max_seq_len = int(input_batch.seq_lens_cpu_upper_bound[0]) + offset
+        moe = getattr(self.weights, "moe", None)  # a Qwen3-MoE model (moe_step.MoeDecoderWeights): its sparse block
         hidden = torch_step.decode_hidden(
             self.weights,
             self.kv_caches,
@@ -80,5 +81,6 @@ class TorchStep:
             block_table,
             max_seq_len,
             self.all_reduce,
+            mlp=None if moe is None else (lambda lw, x: moe_step.moe_block(lw, x, moe)),
         )
         return hidden.view(1, -1)

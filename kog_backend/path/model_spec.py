@@ -167,12 +167,24 @@ def _rms_eps(norm: Any) -> float:
     return float(eps)
 
 
-def from_vllm_model(model: torch.nn.Module, vllm_config: Any) -> DecoderWeights:
-    """Views of a loaded vLLM Llama/Qwen3 model (`runner.model`). Raises UnsupportedModel with a reason."""
+def from_vllm_model(model: torch.nn.Module, vllm_config: Any, moe_kernel: bool = False) -> Any:
+    """Views of a loaded vLLM Llama/Qwen3 model (`runner.model`): DecoderWeights; with moe_kernel (the kog option), a
+    Qwen3-MoE model's as moe_step.MoeDecoderWeights (vLLM's fused experts and the routers). Raises UnsupportedModel
+    with a reason."""
     hf = vllm_config.model_config.hf_config
     archs = list(getattr(hf, "architectures", None) or [])
-    _refuse(model_gate.architecture_reason(archs or [type(model).__name__], model_gate.config_num_experts(hf)))
-    arch = SUPPORTED_ARCHS[archs[0]]
+    num_experts = model_gate.config_num_experts(hf)
+    _refuse(model_gate.architecture_reason(archs or [type(model).__name__], num_experts, moe_kernel))
+    moe = None
+    if num_experts:  # (architecture_reason passed it: a MoE kernel architecture, with the option on)
+        from kog_backend.reference.moe_step import MoeShape
+
+        _refuse(model_gate.moe_layers_reason(hf))
+        moe = MoeShape(num_experts=int(num_experts), top_k=int(hf.num_experts_per_tok),
+                       intermediate_size=int(hf.moe_intermediate_size), norm_topk_prob=bool(hf.norm_topk_prob))
+        arch = model_gate.MOE_KERNEL_ARCHS[archs[0]]
+    else:
+        arch = SUPPORTED_ARCHS[archs[0]]
     _refuse(model_gate.layers_reason(model))
     inner = model.model
     _refuse(model_gate.sliding_window_reason(getattr(hf, "sliding_window", None),
@@ -185,11 +197,14 @@ def from_vllm_model(model: torch.nn.Module, vllm_config: Any) -> DecoderWeights:
     tp_size = vllm_config.parallel_config.tensor_parallel_size
     _refuse(model_gate.quantization_reason(qcfg, method, tp_size))
     fmt = quant_format.weight_format(qcfg, method)  # an Fp8Format the gate took, or None (bf16)
+    if moe is not None and method is not None:
+        _refuse(model_gate.REASONS["moe_quantized"].format(method=method))
     dtype = vllm_config.model_config.dtype
     _refuse(model_dtype_reason(dtype))
 
+    if moe is not None:
+        return _moe_weights(model, hf, moe, arch, vllm_config)
     layers = []
-    attn0 = inner.layers[0].self_attn
     for i, layer in enumerate(inner.layers):
         attn, mlp = layer.self_attn, layer.mlp
         _refuse(model_gate.mlp_reason(i, mlp))
@@ -211,54 +226,82 @@ def from_vllm_model(model: torch.nn.Module, vllm_config: Any) -> DecoderWeights:
                 **views,
             )
         )
-    head_dim = attn0.head_dim
-    _refuse(model_gate.head_dim_reason(head_dim))
-    _refuse(model_gate.rope_scaling_reason(getattr(hf, "rope_scaling", None) or getattr(hf, "rope_parameters", None)))
-    rope = attn0.rotary_emb
-    _refuse(model_gate.rotary_reason(rope, head_dim))
-    _refuse(model_gate.sinks_reason(attn0.attn))
-    lm_head = model.lm_head.weight
-    embed = inner.embed_tokens.weight
-    lm = model.lm_head
-    shard_indices = getattr(lm, "shard_indices", None)
-    vocab_start = int(shard_indices.org_vocab_start_index) if shard_indices is not None else 0
-    shape = DecoderShape(
-        arch=arch,
-        num_layers=len(layers),
-        hidden_size=embed.shape[1],
-        num_heads=attn0.num_heads,
-        num_kv_heads=attn0.num_kv_heads,
-        head_dim=head_dim,
-        intermediate_size=layers[0].down.shape[1],
-        vocab_size=int(hf.vocab_size),
-        padded_vocab_local=lm_head.shape[0],
-        vocab_start=vocab_start,
-        rms_eps=_rms_eps(inner.layers[0].input_layernorm),
-        qk_norm=layers[0].q_norm is not None,
-        tied_embeddings=lm_head.data_ptr() == embed.data_ptr(),
-        max_position=rope.cos_sin_cache.shape[0],
-        tp_size=vllm_config.parallel_config.tensor_parallel_size,
-        tp_rank=getattr(lm, "tp_rank", 0),
-        qkv_bias=layers[0].qkv_bias is not None,
-    )
+    shape, cos_sin = _attention_shape(model, hf, arch, vllm_config, layers[0].down.shape[1],
+                                      qkv_bias=layers[0].qkv_bias is not None)
     _refuse(model_gate.bias_reason(
         mlp_bias=any(getattr(m, "bias", None) is not None for layer in inner.layers
                      for m in (layer.mlp.gate_up_proj, layer.mlp.down_proj)),
         o_proj_bias=any(getattr(layer.self_attn.o_proj, "bias", None) is not None for layer in inner.layers),
         qkv_bias_per_layer=[lw.qkv_bias is not None for lw in layers],
     ))  # fmt: skip
-    cos_sin = rope.cos_sin_cache
-    if cos_sin.dtype != dtype:
-        cos_sin = cos_sin.to(dtype)  # what vLLM's rope does on first use (rotary_embedding/base.py)
     return DecoderWeights(
         shape=shape,
-        embed=embed,
+        embed=inner.embed_tokens.weight,
         layers=layers,
         final_norm=inner.norm.weight,
-        lm_head=lm_head,
+        lm_head=model.lm_head.weight,
         cos_sin=cos_sin,
         fp8=fmt.layout if fmt is not None else None,
     )
+
+
+def _attention_shape(model: Any, hf: Any, arch: str, vllm_config: Any, intermediate_size: int,
+                     qkv_bias: bool) -> tuple[DecoderShape, torch.Tensor]:
+    """The DecoderShape of a loaded model's attention, norms and vocabulary, and the RoPE cache the kernel reads
+    (after the gate's head dim, RoPE and sinks checks)."""
+    inner = model.model
+    attn0 = inner.layers[0].self_attn
+    head_dim = attn0.head_dim
+    _refuse(model_gate.head_dim_reason(head_dim))
+    _refuse(model_gate.rope_scaling_reason(getattr(hf, "rope_scaling", None) or getattr(hf, "rope_parameters", None)))
+    rope = attn0.rotary_emb
+    _refuse(model_gate.rotary_reason(rope, head_dim))
+    _refuse(model_gate.sinks_reason(attn0.attn))
+    lm, embed = model.lm_head, inner.embed_tokens.weight
+    shard_indices = getattr(lm, "shard_indices", None)
+    shape = DecoderShape(
+        arch=arch, num_layers=len(inner.layers), hidden_size=embed.shape[1], num_heads=attn0.num_heads,
+        num_kv_heads=attn0.num_kv_heads, head_dim=head_dim, intermediate_size=intermediate_size,
+        vocab_size=int(hf.vocab_size), padded_vocab_local=lm.weight.shape[0],
+        vocab_start=int(shard_indices.org_vocab_start_index) if shard_indices is not None else 0,
+        rms_eps=_rms_eps(inner.layers[0].input_layernorm), qk_norm=hasattr(attn0, "q_norm"),
+        tied_embeddings=lm.weight.data_ptr() == embed.data_ptr(), max_position=rope.cos_sin_cache.shape[0],
+        tp_size=vllm_config.parallel_config.tensor_parallel_size, tp_rank=getattr(lm, "tp_rank", 0),
+        qkv_bias=qkv_bias,
+    )  # fmt: skip
+    cos_sin = rope.cos_sin_cache
+    dtype = vllm_config.model_config.dtype
+    if cos_sin.dtype != dtype:
+        cos_sin = cos_sin.to(dtype)  # what vLLM's rope does on first use (rotary_embedding/base.py)
+    return shape, cos_sin
+
+
+def _moe_weights(model: Any, hf: Any, moe: Any, arch: str, vllm_config: Any) -> Any:
+    """A Qwen3-MoE model's views (moe_step.MoeDecoderWeights): per layer the attention's and norms' parameters, the
+    router (mlp.gate) and vLLM's fused experts (mlp.experts.w13_weight [E, 2 I, H], w2_weight [E, H, I]; the MoE
+    kernel's gate checks their shapes, weights_reason)."""
+    from kog_backend.reference.moe_step import MoeDecoderWeights, MoeLayerWeights
+
+    inner = model.model
+    layers = []
+    for i, layer in enumerate(inner.layers):
+        attn, mlp = layer.self_attn, layer.mlp
+        experts = getattr(mlp, "experts", None)
+        if experts is None or not hasattr(mlp, "gate") or not hasattr(experts, "w13_weight"):
+            _refuse(model_gate.REASONS["mlp_not_dense"].format(layer=i, mlp=type(mlp).__name__))
+        layers.append(MoeLayerWeights(
+            input_norm=layer.input_layernorm.weight, qkv=attn.qkv_proj.weight, q_norm=attn.q_norm.weight,
+            k_norm=attn.k_norm.weight, o_proj=attn.o_proj.weight, post_norm=layer.post_attention_layernorm.weight,
+            router=mlp.gate.weight, w13=experts.w13_weight, w2=experts.w2_weight,
+        ))  # fmt: skip
+    _refuse(model_gate.bias_reason(
+        mlp_bias=any(getattr(layer.mlp.gate, "bias", None) is not None for layer in inner.layers),
+        o_proj_bias=any(getattr(layer.self_attn.o_proj, "bias", None) is not None for layer in inner.layers),
+        qkv_bias_per_layer=[getattr(layer.self_attn.qkv_proj, "bias", None) is not None for layer in inner.layers],
+    ))  # fmt: skip
+    shape, cos_sin = _attention_shape(model, hf, arch, vllm_config, moe.intermediate_size, qkv_bias=False)
+    return MoeDecoderWeights(shape=shape, moe=moe, embed=inner.embed_tokens.weight, layers=layers,
+                             final_norm=inner.norm.weight, lm_head=model.lm_head.weight, cos_sin=cos_sin)
 
 
 def fp8_projection(fmt: Fp8Format, module: Any, name: str) -> tuple[torch.Tensor, torch.Tensor]:

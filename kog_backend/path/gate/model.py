@@ -22,8 +22,9 @@ SUPPORTED_ARCHS = {
     "MistralForCausalLM": "llama",
     "Qwen2ForCausalLM": "qwen2",
 }
-# Mixture-of-experts architectures vLLM 0.26 serves that the kernel does not implement yet (the torch reference of
-# Qwen3-MoE's decode step exists: kog_backend.reference.moe_step; the kernel does not).
+# Mixture-of-experts architectures vLLM 0.26 serves; of them, the MoE kernel (csrc/include/kog/moe_stages.cuh)
+# implements MOE_KERNEL_ARCHS, taken only with the kog option moe_kernel (off until its GPU tests pass).
+MOE_KERNEL_ARCHS = {"Qwen3MoeForCausalLM": "qwen3"}
 MOE_ARCHS = (
     "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "MixtralForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM",
     "GptOssForCausalLM", "OlmoeForCausalLM",
@@ -34,6 +35,9 @@ ROPE_TYPES = ("default", "llama3")  # what the RoPE cache the kernel reads holds
 REASONS = {
     "architecture": "architectures {archs} is not supported (dense Llama, Mistral, Qwen2, Qwen3 only)",
     "mixture_of_experts": "architectures {archs}: mixture-of-experts is not on the kog path yet",
+    "moe_dense_layers": "mlp_only_layers {dense} / decoder_sparse_step {step}: the MoE kernel runs models whose every "
+                        "layer is sparse",
+    "moe_quantized": "quantization {method} with mixture of experts: the MoE kernel streams bf16 experts",
     "sliding_window": "sliding_window {window}: sliding-window attention is not supported",
     "rope_scaling": "rope_scaling {kind!r} is not supported (default and llama3 only)",
     "quantization": "quantization_config {method}: not supported",
@@ -62,15 +66,27 @@ REASONS = {
 }
 
 
-def architecture_reason(archs: list[str], num_experts: int | None = None) -> str | None:
+def architecture_reason(archs: list[str], num_experts: int | None = None, moe_kernel: bool = False) -> str | None:
     """Why the config's `architectures` are not on the kog path, or None. A mixture-of-experts model (a MOE_ARCHS
     architecture, or any config with experts: num_experts, num_local_experts or n_routed_experts) has its own
-    reason."""
+    reason, unless moe_kernel (the kog option) is on and its architecture is one the MoE kernel implements."""
     if archs and archs[0] in SUPPORTED_ARCHS and not num_experts:
+        return None
+    if moe_kernel and archs and archs[0] in MOE_KERNEL_ARCHS:
         return None
     if num_experts or (archs and archs[0] in MOE_ARCHS):
         return REASONS["mixture_of_experts"].format(archs=archs)
     return REASONS["architecture"].format(archs=archs)
+
+
+def moe_layers_reason(cfg: Any) -> str | None:
+    """A Qwen3-MoE config whose layers are not all sparse (mlp_only_layers, decoder_sparse_step > 1): the MoE kernel
+    has no dense layer."""
+    get = cfg.get if isinstance(cfg, Mapping) else (lambda k: getattr(cfg, k, None))
+    dense, step = list(get("mlp_only_layers") or []), get("decoder_sparse_step") or 1
+    if dense or step != 1:
+        return REASONS["moe_dense_layers"].format(dense=dense, step=step)
+    return None
 
 
 def config_num_experts(cfg: Any) -> int | None:

@@ -93,7 +93,9 @@ def start_reason(vllm_config: Any, kog_config: Any) -> str | None:
     mc = vllm_config.model_config
     hf = mc.hf_config
     reason = (
-        model.architecture_reason(list(getattr(hf, "architectures", None) or []), model.config_num_experts(hf))
+        model.architecture_reason(list(getattr(hf, "architectures", None) or []), model.config_num_experts(hf),
+                                  kog_config.moe_kernel)
+        or (model.moe_layers_reason(hf) if model.config_num_experts(hf) else None)
         or model.sliding_window_reason(getattr(hf, "sliding_window", None), getattr(hf, "use_sliding_window", None))
         or model.quantization_reason(getattr(hf, "quantization_config", None), mc.quantization,
                                      vllm_config.parallel_config.tensor_parallel_size)
