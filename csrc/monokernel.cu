@@ -70,18 +70,17 @@ void check_any_cuda(const at::Tensor& t, const char* name) {
 
 // One template parameter per level: the pass width HP (the caller), the head dim, then the weight, TP and sampling
 // flags. FP8 weights have no TP instantiation (MonokernelLaunch refuses the combination).
-// The MoE kernel exists for head dim 128 and the kHeadsPerPass pass width only (Qwen3-MoE's GQA 8; MonokernelLaunch
-// refuses the rest).
-template <int D, int HP>
-constexpr bool has_moe_kernel() {
-  return D == 128 && HP == MonoConfig::kHeadsPerPass;
+// The MoE kernel exists for head dim 128 and the kHeadsPerPass pass width only (Qwen3-MoE's GQA 8), with bf16 weights
+// on one GPU (MonokernelLaunch and monokernel_max_grid refuse the rest).
+constexpr bool has_moe_kernel(int64_t head_dim, int64_t heads_per_pass) {
+  return head_dim == 128 && heads_per_pass == MonoConfig::kHeadsPerPass;
 }
 
 template <int D, int HP>
 void dispatch_flags(const StepArgs& step, bool sampled, bool tp, bool fp8, bool moe, int grid, int smem_bytes,
                     cudaStream_t stream) {
   if (moe) {
-    if constexpr (has_moe_kernel<D, HP>()) {
+    if constexpr (has_moe_kernel(D, HP)) {
       sampled ? launch<D, HP, true, false, false, true>(step, grid, smem_bytes, stream)
               : launch<D, HP, false, false, false, true>(step, grid, smem_bytes, stream);
     }
@@ -135,7 +134,7 @@ MonokernelLaunch::MonokernelLaunch(at::Tensor model_args_, at::Tensor scratch_, 
               "kog monokernel: bad launch shape grid=", grid, " smem=", smem_bytes, " (grid >= 1, smem 1..",
               MonoConfig::kMaxSmemBytes, " bytes)");
   TORCH_CHECK(!fp8_weights || tp_size == 1, "kog monokernel: FP8 weights need tp_size 1, got tp_size ", tp_size);
-  TORCH_CHECK(!moe || (head_dim == 128 && heads_per_pass == MonoConfig::kHeadsPerPass && tp_size == 1 && !fp8_weights),
+  TORCH_CHECK(!moe || (has_moe_kernel(head_dim, heads_per_pass) && tp_size == 1 && !fp8_weights),
               "kog monokernel: the MoE kernel needs head_dim 128, heads_per_pass ", MonoConfig::kHeadsPerPass,
               ", tp_size 1 and bf16 weights, got head_dim ", head_dim, ", heads_per_pass ", heads_per_pass,
               ", tp_size ", tp_size, ", fp8_weights ", fp8_weights);
@@ -374,7 +373,7 @@ int blocks_per_sm(int smem_bytes) {
 template <int D, int HP>
 int blocks_per_sm_flags(bool sampled, bool tp, bool fp8, bool moe, int smem_bytes) {
   if (moe) {
-    if constexpr (has_moe_kernel<D, HP>()) {
+    if constexpr (has_moe_kernel(D, HP)) {
       return sampled ? blocks_per_sm<D, HP, true, false, false, true>(smem_bytes)
                      : blocks_per_sm<D, HP, false, false, false, true>(smem_bytes);
     }
@@ -405,7 +404,7 @@ int64_t monokernel_max_grid(int64_t head_dim, int64_t heads_per_pass, bool sampl
                             int64_t device, bool fp8_weights, bool moe) {
   TORCH_CHECK(head_dim == 64 || head_dim == 128, "kog monokernel_max_grid: head_dim ", head_dim, " is not 64 or 128");
   TORCH_CHECK(!(fp8_weights && tp), "kog monokernel_max_grid: FP8 weights have no TP kernel");
-  TORCH_CHECK(!moe || (head_dim == 128 && heads_per_pass == MonoConfig::kHeadsPerPass && !tp && !fp8_weights),
+  TORCH_CHECK(!moe || (has_moe_kernel(head_dim, heads_per_pass) && !tp && !fp8_weights),
               "kog monokernel_max_grid: the MoE kernel exists for head_dim 128, heads_per_pass ",
               MonoConfig::kHeadsPerPass, ", bf16 weights and no TP only");
   TORCH_CHECK(smem_bytes > 0 && smem_bytes <= MonoConfig::kMaxSmemBytes, "kog monokernel_max_grid: smem_bytes ",

@@ -75,3 +75,45 @@ def logits_follow_reference(w, mk, bt, ref_caches, errors):
             errors.append(f"step {t}: logits rel err {rel:.2e}")
 
     return check
+
+
+def close_to(errors, name, got, exp, rtol=1e-2, atol_rel=1e-2, norm_rtol=5e-3, ulps=0):
+    """got within rtol |exp| (or `ulps` bf16 ulps of exp, whichever is larger) + atol_rel x the RMS of exp per
+    element, and within norm_rtol in norm; a line in `errors` otherwise."""
+    import torch
+
+    got, exp = got.float(), exp.float()
+    if not torch.isfinite(got).all():
+        errors.append(f"{name}: {int((~torch.isfinite(got)).sum())} non-finite of {got.numel()}")
+        return
+    scale = exp.pow(2).mean().sqrt().item() + 1e-30
+    err = (got - exp).abs()
+    rel_bound = rtol * exp.abs()
+    if ulps:  # a bf16 ulp of x: 2^(floor(log2 |x|) - 7)
+        rel_bound = torch.maximum(rel_bound, ulps * torch.exp2(torch.floor(torch.log2(exp.abs().clamp_min(1e-30))) - 7))
+    bad = err > rel_bound + atol_rel * scale
+    rel = ((got - exp).norm() / (exp.norm() + 1e-30)).item()
+    if bad.any() or rel > norm_rtol:
+        first = bad.nonzero()[0].tolist() if bad.any() else None
+        errors.append(
+            f"{name}: {int(bad.sum())}/{bad.numel()} off, max err {err.max().item():.3g}, rel {rel:.2e}, "
+            f"scale {scale:.3g}, first bad {first} got {got.flatten()[0].item() if first is None else got[tuple(first)].item():.4g}"
+            f" exp {exp.flatten()[0].item() if first is None else exp[tuple(first)].item():.4g}"
+        )
+
+
+def context_in_caches(w, caches, ctx, seed, num_blocks, width, block_size, extra=0):
+    """A shuffled block table (`width` entries) whose blocks cover ctx + extra positions, the context [0, ctx - 1)
+    filled, NaN everywhere else in the caches; returns (pos, slot, block_table) of the step at position ctx - 1."""
+    import math
+
+    from kog_backend.monokernel import synthetic
+
+    pos = ctx - 1
+    needed = (ctx + extra + block_size - 1) // block_size
+    bt = synthetic.shuffled_block_table(num_blocks, needed, width, caches[0].device, seed=seed)
+    for c in caches:
+        c.fill_(math.nan)
+    synthetic.fill_context(caches, bt, pos, w.shape.head_dim, seed=seed)
+    slot = int(bt[pos // block_size]) * block_size + pos % block_size
+    return pos, slot, bt

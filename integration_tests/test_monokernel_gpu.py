@@ -23,7 +23,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_gpu import burst_equals_steps, logits_follow_reference, require_sm90_extension  # noqa: E402
+from kernel_gpu import (  # noqa: E402
+    burst_equals_steps, context_in_caches, logits_follow_reference, require_sm90_extension,
+)
+from kernel_gpu import close_to as _close  # noqa: E402
 
 from kog_backend.path.model_spec import kv_cache_view  # noqa: E402
 from kog_backend.monokernel import Monokernel, reference, synthetic, unsupported_reason  # noqa: E402
@@ -92,39 +95,9 @@ def _poison(mk, logits_out):
         logits_out.fill_(math.nan)
 
 
-def _close(errors, name, got, exp, rtol=1e-2, atol_rel=1e-2, norm_rtol=5e-3, ulps=0):
-    """got within rtol |exp| (or `ulps` bf16 ulps of exp, whichever is larger) + atol_rel x the RMS of exp per
-    element, and within norm_rtol in norm."""
-    got, exp = got.float(), exp.float()
-    if not torch.isfinite(got).all():
-        errors.append(f"{name}: {int((~torch.isfinite(got)).sum())} non-finite of {got.numel()}")
-        return
-    scale = exp.pow(2).mean().sqrt().item() + 1e-30
-    err = (got - exp).abs()
-    rel_bound = rtol * exp.abs()
-    if ulps:  # a bf16 ulp of x: 2^(floor(log2 |x|) - 7)
-        rel_bound = torch.maximum(rel_bound, ulps * torch.exp2(torch.floor(torch.log2(exp.abs().clamp_min(1e-30))) - 7))
-    bad = err > rel_bound + atol_rel * scale
-    rel = ((got - exp).norm() / (exp.norm() + 1e-30)).item()
-    if bad.any() or rel > norm_rtol:
-        first = bad.nonzero()[0].tolist() if bad.any() else None
-        errors.append(
-            f"{name}: {int(bad.sum())}/{bad.numel()} off, max err {err.max().item():.3g}, rel {rel:.2e}, "
-            f"scale {scale:.3g}, first bad {first} got {got.flatten()[0].item() if first is None else got[tuple(first)].item():.4g}"
-            f" exp {exp.flatten()[0].item() if first is None else exp[tuple(first)].item():.4g}"
-        )
-
-
 def _prepare(w, caches, ctx, seed):
     """Block table, filled context [0, ctx-1), NaN everywhere else; returns (pos, slot, block_table)."""
-    pos = ctx - 1
-    needed = (ctx + BS - 1) // BS
-    bt = synthetic.shuffled_block_table(NUM_BLOCKS, needed, MAX_CTX // BS + 8, DEV, seed=seed)
-    for c in caches:
-        c.fill_(math.nan)
-    synthetic.fill_context(caches, bt, pos, w.shape.head_dim, seed=seed)
-    slot = int(bt[pos // BS]) * BS + pos % BS
-    return pos, slot, bt
+    return context_in_caches(w, caches, ctx, seed, NUM_BLOCKS, MAX_CTX // BS + 8, BS)
 
 
 def _check_step(w, caches, mk, token, pos, slot, bt, logits_out, errors, pre, got_token, splits=None, block=BS,

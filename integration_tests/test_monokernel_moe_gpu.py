@@ -25,7 +25,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_gpu import burst_equals_steps, require_sm90_extension  # noqa: E402
+from kernel_gpu import burst_equals_steps, close_to, context_in_caches, require_sm90_extension  # noqa: E402
 
 from kog_backend.monokernel import Monokernel, moe_reference, synthetic  # noqa: E402
 from kog_backend.reference import moe_step, torch_step  # noqa: E402
@@ -54,29 +54,9 @@ def _model(name, seed):
     return w, caches, Monokernel(w, caches, DEV, max_model_len=MAX_CTX + 16, max_tokens_per_launch=4)
 
 
-def _prepare(w, caches, ctx, seed):
-    pos = ctx - 1
-    bt = synthetic.shuffled_block_table(NUM_BLOCKS, (ctx + 4 + BS - 1) // BS, MAX_CTX // BS + 8, DEV, seed=seed)
-    for c in caches:
-        c.fill_(math.nan)
-    synthetic.fill_context(caches, bt, pos, w.shape.head_dim, seed=seed)
-    return pos, int(bt[pos // BS]) * BS + pos % BS, bt
-
-
 def _close(errors, name, got, exp, rtol=1e-2, atol_rel=1e-2, ulps=0):
-    got, exp = got.float(), exp.float()
-    if not torch.isfinite(got).all():
-        errors.append(f"{name}: {int((~torch.isfinite(got)).sum())} non-finite of {got.numel()}")
-        return
-    scale = exp.pow(2).mean().sqrt().item() + 1e-30
-    bound = rtol * exp.abs()
-    if ulps:
-        bound = torch.maximum(bound, ulps * torch.exp2(torch.floor(torch.log2(exp.abs().clamp_min(1e-30))) - 7))
-    bad = (got - exp).abs() > bound + atol_rel * scale
-    if bad.any():
-        i = bad.nonzero()[0].tolist()
-        errors.append(f"{name}: {int(bad.sum())}/{bad.numel()} off, first {i}: got {got[tuple(i)].item():.4g} "
-                      f"exp {exp[tuple(i)].item():.4g}")  # fmt: skip
+    """Elementwise only: within rtol |exp| (or `ulps` bf16 ulps) + atol_rel x the RMS of exp (kernel_gpu.close_to)."""
+    close_to(errors, name, got, exp, rtol, atol_rel, norm_rtol=math.inf, ulps=ulps)
 
 
 def _near_tie(probs, k):
@@ -136,7 +116,7 @@ def _check_layers(w, mk, token, errors) -> int:
 def test_moe_step_matches_reference(name, ctx):
     seed = hash((name, ctx)) % 1000
     w, caches, mk = _model(name, seed)
-    pos, slot, bt = _prepare(w, caches, ctx, seed)
+    pos, slot, bt = context_in_caches(w, caches, ctx, seed, NUM_BLOCKS, MAX_CTX // BS + 8, BS, extra=4)
     ref_caches = [c.clone() for c in caches]
     mk.scratch.fill_(math.nan)
     mk.moe_logits.fill_(math.nan)
@@ -164,7 +144,7 @@ def test_moe_step_matches_reference(name, ctx):
 @pytest.mark.parametrize("name", ["tiny-e16", "30b-a3b-2l"])
 def test_moe_burst_equals_single_steps(name):
     w, caches, mk = _model(name, 7)
-    pos, _, bt = _prepare(w, caches, 40, 7)
+    pos, _, bt = context_in_caches(w, caches, 40, 7, NUM_BLOCKS, MAX_CTX // BS + 8, BS, extra=4)
     errors: list[str] = []
     burst_equals_steps(mk, caches, bt, pos, 11, 4, errors, BS)
     assert not errors, "\n".join(errors)

@@ -81,6 +81,6 @@ class TorchStep:
             block_table,
             max_seq_len,
             self.all_reduce,
-            mlp=None if moe is None else (lambda lw, x: moe_step.moe_block(lw, x, moe)),
+            mlp=None if moe is None else moe_step.moe_mlp(moe),
         )
         return hidden.view(1, -1)

@@ -26,7 +26,7 @@ import torch
 from kog_backend import ops as kog_ops
 from kog_backend.monokernel import layout
 from kog_backend.monokernel.moe_plan import MoePlan
-from kog_backend.monokernel.plan import Plan, lm_rows, make_plan
+from kog_backend.monokernel.plan import Plan, lm_rows
 from kog_backend.monokernel.tp_layout import tp_buffer_layout
 from kog_backend.path.gate import monokernel as gate
 from kog_backend.path.gate.monokernel import unsupported_reason
@@ -75,14 +75,10 @@ class Monokernel:
         self.device = device
         self.max_model_len = max_model_len
         moe = getattr(weights, "moe", None)
-        self.moe_plan: MoePlan | None = None
-        if moe is not None:
-            moe_plan = gate.moe_plan_or_reason(s, moe, sm_count or _sm_count(device), world)
-            assert isinstance(moe_plan, MoePlan)
-            self.moe_plan = moe_plan
-            plan = moe_plan.kernel
-        else:
-            plan = make_plan(s, sm_count or _sm_count(device), weights.projection_bytes)
+        plan = gate.plan_or_reason(weights, sm_count or _sm_count(device), world)
+        self.moe_plan: MoePlan | None = plan if isinstance(plan, MoePlan) else None
+        if self.moe_plan is not None:
+            plan = self.moe_plan.kernel
         assert isinstance(plan, Plan)
         self.plan = plan
         self.head_dim = s.head_dim
@@ -107,8 +103,9 @@ class Monokernel:
         self.scratch = torch.empty(L * per_layer, dtype=torch.bfloat16, device=device)
         self.partials = torch.empty(L * (nh * S * 2 + nh * S * D), dtype=torch.float32, device=device)
         # (MoE: two more per layer after the dense ones, the router's count and its route: ModelArgs::moe_ctr_base)
+        dense_counters = layout.num_counters(L, nkv)
         moe_counters = 2 * L * layout.CONFIG["kCounterStride"] if moe is not None else 0
-        self.counters = torch.zeros(layout.num_counters(L, nkv) + moe_counters, dtype=torch.int32, device=device)
+        self.counters = torch.zeros(dense_counters + moe_counters, dtype=torch.int32, device=device)
         # Tagged words of each layer's act | qkv_out | attn_out (qkv_out and attn_out carry every TP = 1 launch's
         # attention chain; act only the tagged_handoffs benchmark variant): zero means "not written", so they are
         # zeroed with the counters.
@@ -180,8 +177,7 @@ class Monokernel:
         if bs < layout.CONFIG["kAttnTileLen"] or bs & (bs - 1):
             # The attention split finds a row's block by a shift and reads a 16-position tile from one block.
             raise ValueError(f"KV block size {bs}: the monokernel needs a power of two >= {layout.CONFIG['kAttnTileLen']}")
-        moe_fields = {"moe_top_k": 0, "moe_experts": 0, "moe_norm_topk": 0, "moe_inter": 0, "moe_router_nu": 0,
-                      "moe_router_chunks": 0, "moe_ctr_base": 0, "moe_routers": 0, "moe_logits": 0, "moe_route": 0}
+        moe_fields = {name: 0 for name, _, _ in layout.MODEL_FIELDS if name.startswith("moe_")}  # a dense table's
         self.moe_logits = self.moe_route = self.moe_routers = None
         if moe is not None:
             self.moe_logits = torch.empty(L, moe.num_experts, dtype=torch.bfloat16, device=device)
@@ -192,7 +188,7 @@ class Monokernel:
                 "moe_top_k": moe.top_k, "moe_experts": moe.num_experts, "moe_norm_topk": int(moe.norm_topk_prob),
                 "moe_inter": moe.intermediate_size, "moe_router_nu": self.moe_plan.router.nu,
                 "moe_router_chunks": self.moe_plan.router.chunks,
-                "moe_ctr_base": layout.num_counters(L, nkv) // layout.CONFIG["kCounterStride"],
+                "moe_ctr_base": dense_counters // layout.CONFIG["kCounterStride"],
                 "moe_routers": self.moe_routers.data_ptr(), "moe_logits": self.moe_logits.data_ptr(),
                 "moe_route": self.moe_route.data_ptr(),
             }  # fmt: skip

@@ -132,6 +132,11 @@ def moe_block(lw: MoeLayerWeights, x: torch.Tensor, moe: MoeShape, routes: list[
     return combine(expert_outputs(x, lw.w13, lw.w2, r))
 
 
+def moe_mlp(moe: MoeShape, routes: list[Route] | None = None):
+    """torch_step.decode_hidden's `mlp` for a Qwen3-MoE model: each layer's sparse MoE block (moe_block)."""
+    return lambda lw, x: moe_block(lw, x, moe, routes)
+
+
 def decode_hidden(
     weights: MoeDecoderWeights,
     kv_caches: list[torch.Tensor],
@@ -146,4 +151,4 @@ def decode_hidden(
     torch_step.decode_hidden with the MoE block for the MLP (TP = 1); appends its K/V to every layer and, when
     `routes` is given, each layer's Route in layer order."""
     return torch_step.decode_hidden(weights, kv_caches, embedded, position, slot, block_table, max_seq_len,
-                                    mlp=lambda lw, x: moe_block(lw, x, weights.moe, routes))
+                                    mlp=moe_mlp(weights.moe, routes))

@@ -79,10 +79,15 @@ def architecture_reason(archs: list[str], num_experts: int | None = None, moe_ke
     return REASONS["architecture"].format(archs=archs)
 
 
+def _config_field(cfg: Any) -> Any:
+    """A field reader (None when absent) of a config.json dict or a transformers config."""
+    return cfg.get if isinstance(cfg, Mapping) else (lambda k: getattr(cfg, k, None))
+
+
 def moe_layers_reason(cfg: Any) -> str | None:
     """A Qwen3-MoE config whose layers are not all sparse (mlp_only_layers, decoder_sparse_step > 1): the MoE kernel
     has no dense layer."""
-    get = cfg.get if isinstance(cfg, Mapping) else (lambda k: getattr(cfg, k, None))
+    get = _config_field(cfg)
     dense, step = list(get("mlp_only_layers") or []), get("decoder_sparse_step") or 1
     if dense or step != 1:
         return REASONS["moe_dense_layers"].format(dense=dense, step=step)
@@ -93,7 +98,7 @@ def config_num_experts(cfg: Any) -> int | None:
     """Routed experts per layer of a config.json dict or a transformers config (None: a dense model). The field's name
     differs by family: num_experts (Qwen2/3-MoE, OLMoE), num_local_experts (Mixtral, GPT-OSS), n_routed_experts
     (DeepSeek)."""
-    get = cfg.get if isinstance(cfg, Mapping) else (lambda k: getattr(cfg, k, None))
+    get = _config_field(cfg)
     for field in ("num_experts", "num_local_experts", "n_routed_experts"):
         if get(field):
             return int(get(field))

@@ -274,6 +274,17 @@ def weights_reason(weights: Any, device: Any) -> str | None:
     return None
 
 
+def plan_or_reason(weights: Any, sm_count: int, tp_world: int = 1) -> Any:
+    """The launch plan of `weights` on `sm_count` SMs, or why there is none: moe_plan_or_reason's MoePlan for a
+    Qwen3-MoE model (moe_step.MoeDecoderWeights), else make_plan's Plan (bf16 or FP8 projections)."""
+    moe = getattr(weights, "moe", None)
+    if moe is not None:
+        return moe_plan_or_reason(weights.shape, moe, sm_count, tp_world)
+    from kog_backend.monokernel.plan import make_plan
+
+    return make_plan(weights.shape, sm_count, weights.projection_bytes)
+
+
 def moe_plan_or_reason(s: Any, moe: Any, sm_count: int, tp_world: int) -> Any:
     """The MoE kernel's plan (moe_plan.MoePlan) for shape s with experts moe (moe_step.MoeShape), or why there is
     none: it runs on one GPU, with bf16 weights, for the shapes moe_plan has an instantiation for."""
@@ -291,8 +302,6 @@ def unsupported_reason(weights: Any, kv_caches: list[Any], device: Any, sm_count
     sm_count: the grid (default: every SM of the device, whose capability is then checked too)."""
     import torch
 
-    from kog_backend.monokernel.plan import make_plan
-
     device = torch.device(device)
     s = weights.shape
     reason = device_reason(device, sm_count) or shape_reason(s, tp_world)
@@ -309,11 +318,7 @@ def unsupported_reason(weights: Any, kv_caches: list[Any], device: Any, sm_count
             return reason
     if sm_count is None:
         sm_count = torch.cuda.get_device_properties(device).multi_processor_count
-    moe = getattr(weights, "moe", None)
-    if moe is not None:
-        plan = moe_plan_or_reason(s, moe, sm_count, tp_world)
-    else:
-        plan = make_plan(s, sm_count, weights.projection_bytes)
+    plan = plan_or_reason(weights, sm_count, tp_world)
     if isinstance(plan, str):
         return plan
     reason = weights_reason(weights, device)
