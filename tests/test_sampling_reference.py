@@ -361,9 +361,12 @@ def _generation_config_rows(g, n, v):
     ],
 )
 def test_burst_token_draws_what_vllm_draws_and_rarely_defers(v, filters):
-    """On model-like rows the filtered draw equals the reference of vLLM's sampler whenever it draws, and defers at
-    most 3% of tokens (the bound on vLLM's fp32 rounding is ~0.015 relative at V = 128k: ~0.35% of draws land in
-    it). top-k alone and min-p alone never defer: their cuts fall between bf16 values."""
+    """On model-like rows the filtered draw equals the reference of vLLM's sampler whenever it draws, and rarely
+    defers (the bound on vLLM's fp32 rounding is ~0.015 relative at V = 128k: 2 of 900 rows of the Llama case
+    deferred over 15 seeds, none of the Qwen3 or combined cases). The count is tested, not compared with a share of
+    60 rows: a deferral rate of 1% (about three times the one seen) gives 8 or more of 60 with probability < 1e-6, so a
+    count that high says the cut got looser. top-k alone and min-p alone never defer: their cuts fall between bf16
+    values."""
     g = torch.Generator().manual_seed(SEED + v)
     rng = random.Random(SEED + v)
     n, deferred = 60, 0
@@ -377,7 +380,12 @@ def test_burst_token_draws_what_vllm_draws_and_rarely_defers(v, filters):
             assert got == want, f"seed {SEED}, row {i}: {got} != {want}"
     if "top_p" not in filters:
         assert deferred == 0
-    assert deferred <= 0.03 * n, (deferred, n)
+    assert _binomial_tail(n, 0.01, deferred) >= 1e-6, f"seed {SEED}: {deferred} of {n} rows deferred"
+
+
+def _binomial_tail(n: int, p: float, k: int) -> float:
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
 
 
 def test_burst_cut_levels():
