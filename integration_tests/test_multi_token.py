@@ -7,6 +7,7 @@ number of engine steps differs), and kog at K = 1 agrees with stock under teache
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -27,6 +28,8 @@ SHAPE = os.environ.get("KOG_TEST_SHAPE", "llama-3.2-1b")
 KS = (1, 4, 16, 32, 64)  # 32: kog's default (config.py); 64: the largest
 SCHEDULER = "kog_backend.engine.scheduler.KogScheduler"
 IMPL = os.environ.get("KOG_TEST_IMPL", "torch")  # run again with KOG_TEST_IMPL=monokernel
+# Further kog options for every engine of the module, a JSON object (e.g. '{"moe_kernel": true}' with a MoE shape).
+OPTIONS = json.loads(os.environ.get("KOG_TEST_OPTIONS", "{}"))
 
 
 def multi_kwargs(k: int, options=None, **over):
@@ -35,7 +38,7 @@ def multi_kwargs(k: int, options=None, **over):
     # with async scheduling the K = 1 engine has scheduled the first request's next token before a test adds the
     # second, which would then join one token later than in the K > 1 run.
     extra = dict(scheduler_cls=SCHEDULER) if k > 1 else {}
-    kog = {"tokens_per_step": k, "step_impl": IMPL, **(options or {})}
+    kog = {"tokens_per_step": k, "step_impl": IMPL, **OPTIONS, **(options or {})}
     return kog_kwargs(kog, async_scheduling=False, **extra, **over)
 
 
