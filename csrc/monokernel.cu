@@ -446,6 +446,7 @@ std::vector<int64_t> monokernel_layout() {
   KOG_OFF(ModelArgs, moe_inter); KOG_OFF(ModelArgs, moe_router_nu); KOG_OFF(ModelArgs, moe_router_chunks);
   KOG_OFF(ModelArgs, moe_ctr_base); KOG_OFF(ModelArgs, moe_routers); KOG_OFF(ModelArgs, moe_logits);
   KOG_OFF(ModelArgs, moe_route);
+  KOG_OFF(ModelArgs, fp8_gemv);
   KOG_OFF(LayerArgs, input_norm); KOG_OFF(LayerArgs, qkv); KOG_OFF(LayerArgs, q_norm); KOG_OFF(LayerArgs, k_norm);
   KOG_OFF(LayerArgs, o_proj); KOG_OFF(LayerArgs, post_norm); KOG_OFF(LayerArgs, gate_up); KOG_OFF(LayerArgs, down);
   KOG_OFF(LayerArgs, k_cache); KOG_OFF(LayerArgs, v_cache); KOG_OFF(LayerArgs, qkv_out); KOG_OFF(LayerArgs, q_out);
@@ -473,7 +474,8 @@ std::vector<int64_t> monokernel_config() {
           burst::BurstSamplingConfig::kGridBytes, burst::smem_bytes(0), kCtrSampleArrive,
           C::kSlotAlign,
           fp8_span_bytes(2048), fp8_span_bytes(14336), kFp8PerTensor, kFp8PerRow, kFp8Block128,
-          C::kAttnMode, kAttnModeRounds, kAttnModeMma, kAttnModeMmaWide, C::kAttnTileLen};
+          C::kAttnMode, kAttnModeRounds, kAttnModeMma, kAttnModeMmaWide, C::kAttnTileLen,
+          C::kFp8Gemv, kFp8GemvCudaCores, kFp8GemvHalf, kFp8HalfShift, static_cast<int64_t>(kFp8HalfMaxInput)};
 }
 
 }  // namespace kog

@@ -26,10 +26,11 @@ def require_test_extension() -> None:
         pytest.skip(f"test extension: {reason}", allow_module_level=True)
 
 
-def burst_equals_steps(mk, caches, bt, pos, first_token, n, errors, block_size, on_step=None):
+def burst_equals_steps(mk, caches, bt, pos, first_token, n, errors, block_size, on_step=None, model_table=None):
     """n K = 1 launches from position `pos` (each fed the previous token; on_step(t, p, slot, token), if given, runs
     after launch t to check it), then one K = n launch from the same caches: the same tokens, and the same caches bit
-    for bit, else a line in `errors`. Returns the tokens of the K = 1 launches."""
+    for bit, else a line in `errors`. Returns the tokens of the K = 1 launches. model_table: a variant_table for
+    every launch (default: the model's table)."""
     import torch
 
     dev = bt.device
@@ -39,7 +40,7 @@ def burst_equals_steps(mk, caches, bt, pos, first_token, n, errors, block_size, 
         p = pos + t
         sl = int(bt[p // block_size]) * block_size + p % block_size
         tok = mk.step(torch.tensor([token], device=dev), torch.tensor([p], device=dev), bt,
-                      torch.tensor([sl], device=dev))
+                      torch.tensor([sl], device=dev), model_table=model_table)
         if on_step is not None:
             on_step(t, p, sl, token)
         token = int(tok.item())
@@ -52,7 +53,7 @@ def burst_equals_steps(mk, caches, bt, pos, first_token, n, errors, block_size, 
         c.copy_(c0)
     slot = int(bt[pos // block_size]) * block_size + pos % block_size
     tokens, count = mk.generate(torch.tensor([first_token], device=dev), torch.tensor([pos], device=dev), bt,
-                                torch.tensor([slot], device=dev), n)
+                                torch.tensor([slot], device=dev), n, model_table=model_table)
     if int(count.item()) != n or tokens.tolist() != toks:
         errors.append(f"K={n} gave {tokens.tolist()} (count {int(count.item())}), K=1 steps {toks}")
     for i, (c, a) in enumerate(zip(caches, after)):

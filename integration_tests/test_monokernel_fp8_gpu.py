@@ -8,10 +8,16 @@ in the order of fp32 sums: the bounds are test_monokernel_gpu's (bf16 outputs |e
 and 5e-3 relative norm per stage, teacher-forced from the kernel's own inputs; logits 2e-2 end to end). Every
 buffer the kernel writes is NaN-poisoned first.
 
+Both forms of the FP8 GEMV (ModelArgs::fp8_gemv: fp32 FMAs with a bf16 input; f16 FMA chains with the input as f16
+scaled by 2^-8, whose sums sit ~4e-4 (relative norm) from the exact ones, tests/test_fp8_half_form.py) run every case
+under the same bounds against the exact reference.
+
 Cases: every layout x (Llama, head dim 64, GQA 4, tied) and (Qwen3, head dim 128, GQA 2, untied) at contexts 1, 17
 and 1000; two layers of real shapes with long rows (Llama-3.1-8B: down rows of 14,336 bytes, 112 block scales a
 row; Qwen3-4B: hidden 2560, a K that is no multiple of 512) per layout; a K = 5 launch against five K = 1 launches
-and a sampled launch's tokens against the one-token launches' (the LM head stays bf16 in the FP8 kernel).
+and a sampled launch's tokens against the one-token launches' (the LM head stays bf16 in the FP8 kernel); an input
+beyond the f16 form's range (|x| > 4096) aborts an f16-form launch with no token, and the next launch after
+reset_counters is correct.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ torch = pytest.importorskip("torch")
 
 from kernel_gpu import burst_equals_steps, require_sm90_extension  # noqa: E402
 
-from kog_backend.monokernel import Monokernel, reference, synthetic  # noqa: E402
+from kog_backend.monokernel import Monokernel, layout as mk_layout, reference, synthetic  # noqa: E402
+from kog_backend.monokernel.host import SITE_FP8_RANGE  # noqa: E402
 from kog_backend.path.quant_format import LAYOUTS  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -35,6 +42,14 @@ from test_monokernel_gpu import BS, MAX_CTX, NUM_BLOCKS, _check_step, _poison, _
 DEV = torch.device("cuda", 0)
 
 _MODELS: dict = {}
+
+GEMVS = {"cuda_cores": mk_layout.CONFIG["kFp8GemvCudaCores"], "half": mk_layout.CONFIG["kFp8GemvHalf"]}
+
+
+def _table(mk, gemv):
+    """The argument table of FP8 GEMV form `gemv` (None: the model's own table where that is its default)."""
+    code = GEMVS[gemv]
+    return None if mk.table_value("fp8_gemv") == code else mk.variant_table(fp8_gemv=code)
 
 
 def _model(key, shape, layout, seed):
@@ -54,13 +69,13 @@ def _small(arch, head_dim, gqa, tied, layout):
     return _model(("small", arch, head_dim, gqa, layout), s, layout, seed=head_dim + gqa)
 
 
-def _one_step(w, caches, mk, ctx, seed, token, errors, check_end_to_end=True):
+def _one_step(w, caches, mk, ctx, seed, token, errors, check_end_to_end=True, table=None):
     pos, slot, bt = _prepare(w, caches, ctx, seed)
     logits_out = torch.empty(w.shape.vocab_size, dtype=torch.bfloat16, device=DEV)
     _poison(mk, logits_out)
     pre = [c.clone() for c in caches]
     tok = mk.step(torch.tensor([token], device=DEV), torch.tensor([pos], device=DEV), bt,
-                  torch.tensor([slot], device=DEV), logits_out=logits_out)
+                  torch.tensor([slot], device=DEV), logits_out=logits_out, model_table=table)
     torch.cuda.synchronize()
     got_token = int(tok.item())
     splits = mk.attention_splits(ctx)
@@ -76,11 +91,13 @@ def _one_step(w, caches, mk, ctx, seed, token, errors, check_end_to_end=True):
 @pytest.mark.parametrize("ctx", [1, 17, 1000])
 @pytest.mark.parametrize("arch,head_dim,gqa,tied", [("llama", 64, 4, True), ("qwen3", 128, 2, False)])
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_fp8_step_matches_reference(layout, arch, head_dim, gqa, tied, ctx):
+@pytest.mark.parametrize("gemv", list(GEMVS))
+def test_fp8_step_matches_reference(gemv, layout, arch, head_dim, gqa, tied, ctx):
     w, caches, mk = _small(arch, head_dim, gqa, tied, layout)
     assert w.fp8 == layout and w.layers[0].qkv.dtype == torch.float8_e4m3fn
     errors: list[str] = []
-    _one_step(w, caches, mk, ctx, seed=ctx * 7 + head_dim, token=(ctx * 7919) % w.shape.vocab_size, errors=errors)
+    _one_step(w, caches, mk, ctx, seed=ctx * 7 + head_dim, token=(ctx * 7919) % w.shape.vocab_size, errors=errors,
+              table=_table(mk, gemv))
     assert not errors, "\n".join(errors)
 
 
@@ -93,23 +110,56 @@ REAL = {
 
 @pytest.mark.parametrize("name", list(REAL))
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_fp8_real_shape_layers(layout, name):
+@pytest.mark.parametrize("gemv", list(GEMVS))
+def test_fp8_real_shape_layers(gemv, layout, name):
     arch, H, nh, nkv, D, I, V, tied = REAL[name]
     s = synthetic.make_shape(arch, 2, H, nh, nkv, D, I, V, tied, MAX_CTX + 64)
     w, caches, mk = _model(("real", name, layout), s, layout, seed=7)
     errors: list[str] = []
-    _one_step(w, caches, mk, 300, seed=3, token=4242, errors=errors, check_end_to_end=False)
+    _one_step(w, caches, mk, 300, seed=3, token=4242, errors=errors, check_end_to_end=False, table=_table(mk, gemv))
     assert not errors, "\n".join(errors)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_fp8_multi_token_equals_single_steps(layout):
+@pytest.mark.parametrize("gemv", list(GEMVS))
+def test_fp8_multi_token_equals_single_steps(gemv, layout):
     """Five K = 1 launches, then one K = 5 launch from the same caches: the same tokens and caches bit for bit (the
     loader's scale spans move with the ring across layers, stages and tokens)."""
     w, caches, mk = _small("llama", 64, 4, True, layout)
     pos, _, bt = _prepare(w, caches, 41, 11)
     errors: list[str] = []
-    burst_equals_steps(mk, caches, bt, pos, 123, 5, errors, BS)
+    burst_equals_steps(mk, caches, bt, pos, 123, 5, errors, BS, model_table=_table(mk, gemv))
+    assert not errors, "\n".join(errors)
+
+
+def test_fp8_half_input_out_of_range_aborts():
+    """An f16-form launch whose layer-0 QKV input holds a value beyond the form's range (input_norm weights set to
+    1e5: |x| up to ~1e5 sqrt(H), past kFp8HalfMaxInput) reports no token and the site's diagnostic; the CUDA-core
+    form of the same launch completes (its input is bf16); after reset_counters and with the weights restored, the
+    f16-form launch matches the reference."""
+    w, caches, mk = _small("llama", 64, 4, True, "block")
+    norm = w.layers[0].input_norm
+    saved = norm.clone()
+    table = _table(mk, "half")
+    pos, slot, bt = _prepare(w, caches, 17, 5)
+    args = (torch.tensor([77], device=DEV), torch.tensor([pos], device=DEV), bt, torch.tensor([slot], device=DEV))
+    try:
+        norm.fill_(1e5)
+        num_out = torch.full((1,), -1, dtype=torch.int32, device=DEV)
+        mk.step(*args, model_table=table, num_out=num_out)
+        torch.cuda.synchronize()
+        diag = mk.diagnostics()
+        assert int(num_out.item()) == 0 and mk.status_word() == SITE_FP8_RANGE, (int(num_out.item()), diag)
+        assert diag is not None and "layer 0 qkv" in diag and "f16 form's range" in diag, diag
+        mk.reset_counters()
+        mk.step(*args, model_table=_table(mk, "cuda_cores"), num_out=num_out)
+        torch.cuda.synchronize()
+        assert int(num_out.item()) == 1 and mk.status_word() == 0 and mk.diagnostics() is None
+    finally:
+        norm.copy_(saved)
+        mk.reset_counters()
+    errors: list[str] = []
+    _one_step(w, caches, mk, 17, seed=5, token=77, errors=errors, table=table)
     assert not errors, "\n".join(errors)
 
 

@@ -217,6 +217,7 @@ CASES = [
     ("monokernel", "setup_failed", lambda: monokernel.setup_failed(ValueError("no memory"))),
     ("monokernel", "launch_failed", lambda: monokernel.launch_failed(RuntimeError("launch"))),
     ("monokernel", "kernel_abort", lambda: monokernel.kernel_abort("counter wait timed out in block 3")),
+    ("monokernel", "fp8_input_range", lambda: monokernel.fp8_input_range("fp8 projection input out of the f16 form's range")),
     ("monokernel", "not_cuda", lambda: monokernel.unsupported_reason(_weights(), [], "cpu")),
     ("monokernel", "capability", _capability_80),
     ("monokernel", "residency", lambda: monokernel.residency_reason(66, 132)),

@@ -21,9 +21,17 @@ from kog_backend.path.counters import StepCounters
 
 
 class FakeMonokernel:
-    def __init__(self, word: int = 0):
+    def __init__(self, word: int = 0, fp8_gemv: int = 0):
         self.status = torch.tensor([word], dtype=torch.int32)
         self.calls: list[str] = []
+        self.table = {"fp8_gemv": fp8_gemv}
+
+    def table_value(self, name: str) -> int:
+        return self.table[name]
+
+    def set_table_value(self, name: str, value: int) -> None:
+        self.calls.append(f"set {name}={value}")
+        self.table[name] = value
 
     def status_word(self) -> int:
         self.calls.append("status_word")
@@ -100,6 +108,35 @@ def test_abort_disables_kog_counts_and_resets(tmp_path, caplog, word):
     assert len(logged) == 1  # the diagnostic, logged once
     snap = r.kog_counters.snapshot()
     assert snap["launch_aborts"] == 1 and snap["disabled_reason"] == reason
+
+
+def test_fp8_range_abort_moves_the_projections_to_fp32(tmp_path, caplog):
+    # kSiteFp8Range under the f16 FP8 GEMV: kog stays on, the table switches to fp8_gemv 0, counted once.
+    from kog_backend.monokernel import layout
+    from kog_backend.monokernel.host import SITE_FP8_RANGE
+
+    mk = FakeMonokernel(SITE_FP8_RANGE, fp8_gemv=layout.CONFIG["kFp8GemvHalf"])
+    r = _runner(tmp_path, mk)
+    step = r._kog_monokernel
+    with caplog.at_level(logging.WARNING):
+        r._kog_check_launch_status()
+        r._kog_check_launch_status()  # a clean word now: a host read only
+    assert mk.calls == ["status_word", "diagnostics", f"set fp8_gemv={layout.CONFIG['kFp8GemvCudaCores']}",
+                        "reset_counters", "status_word"]
+    assert r._kog_monokernel is step and r.kog_disabled_reason is None and step.run_ahead.abandoned == 1
+    assert r.kog_counters.launch_aborts == 1
+    logged = [rec.getMessage() for rec in caplog.records if "fp8_gemv 0" in rec.getMessage()]
+    assert len(logged) == 1 and "kernel abort" in logged[0]
+
+
+def test_fp8_range_abort_in_fp32_disables_kog(tmp_path):
+    # The same word from a kernel already in the fp32 form (it cannot come from there): the general rule, kog off.
+    from kog_backend.monokernel.host import SITE_FP8_RANGE
+
+    mk = FakeMonokernel(SITE_FP8_RANGE, fp8_gemv=0)
+    r = _runner(tmp_path, mk)
+    r._kog_check_launch_status()
+    assert r._kog_monokernel is None and r.kog_disabled_reason.startswith("kernel abort")
 
 
 class FakeSampler:

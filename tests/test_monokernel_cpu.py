@@ -99,11 +99,14 @@ def test_abort_sites_match_header_and_are_described():
 
     sites = dict(re.findall(r"(kSite\w+) = (\d+)", open(os.path.join(HEADERS, "sync.cuh")).read()))
     assert int(sites["kSiteNotResident"]) == host.SITE_NOT_RESIDENT
-    assert set(host.ABORT_SITES) == {int(v) for v in sites.values()}
+    assert int(sites["kSiteFp8Range"]) == host.SITE_FP8_RANGE
+    assert set(host.ABORT_SITES) | {host.SITE_FP8_RANGE} == {int(v) for v in sites.values()}
     desc = host.describe_abort(int(sites["kSiteFull"]), 5, 3, 17, 0, num_kv_heads=8)
     assert desc.startswith("weight slot full wait timed out in block 5") and "target=17" in desc
     desc = host.describe_abort(host.SITE_NOT_RESIDENT, 5, 0xFFFFFFFF, 132, 100, num_kv_heads=8)
     assert "100 of 132 blocks started" in desc and "tagged words" in desc
+    desc = host.describe_abort(host.SITE_FP8_RANGE, 5, 3, 17, 0, num_kv_heads=8)
+    assert "layer 17 down" in desc and "f16 form's range" in desc and "+-4096" in desc and "block 5" in desc
 
 
 @pytest.mark.skipif(ops.load_reason() is not None, reason=f"extension not loadable: {ops.load_reason()}")

@@ -1,20 +1,27 @@
 """What a monokernel launch's outcome does to the server: a launch the launcher refused (launch_failed), or one
 that aborted on the GPU (aborted, checked at the start of every step), turns kog off for the server with the
-gate's reason (path/gate/monokernel.py), counted; the runner then drops its monokernel step. Under tensor
+gate's reason (path/gate/monokernel.py), counted; the runner then drops its monokernel step. One abort keeps kog on:
+an FP8 projection input beyond the f16 form's range (fp8_gemv 1) moves the kernel's projections to the fp32 form
+(fp8_gemv 0). Under tensor
 parallelism the ranks agree on the outcome (agree_status_word) and on every launch's token count (agree_count).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Callable
 
 import torch
 
+from kog_backend.monokernel import layout
+from kog_backend.monokernel.host import SITE_FP8_RANGE
 from kog_backend.path.counters import StepCounters
 from kog_backend.path.gate import monokernel as mk_gate
 
 if TYPE_CHECKING:
     from kog_backend.engine.monokernel_step import MonokernelStep
+
+logger = logging.getLogger("kog_backend")
 
 
 def agree_count(count: torch.Tensor, tp_size: int) -> None:
@@ -68,6 +75,13 @@ class LaunchOutcome:
         except RuntimeError as e:  # the diagnostic must not take the server down
             detail = f"abort word {word} (diagnostics unavailable: {e})"
         self.counters.record_launch_abort()
+        if word == SITE_FP8_RANGE and mk.table_value("fp8_gemv") != layout.CONFIG["kFp8GemvCudaCores"]:
+            # An input beyond the f16 FP8 GEMV's range: the kernel stays, its projections take the bf16 input in fp32
+            # from the next launch on; the position the aborted launch left is retaken.
+            mk.set_table_value("fp8_gemv", layout.CONFIG["kFp8GemvCudaCores"])
+            mk.reset_counters()
+            logger.warning("kog: %s", mk_gate.fp8_input_range(detail))  # once: the table no longer takes this branch
+            return False
         self.disable(mk_gate.kernel_abort(detail))
         mk.reset_counters()  # a later kernel (tests, a future re-enable) starts from a clean state
         return True

@@ -218,7 +218,7 @@ class Monokernel:
             "status_out": self.status.data_ptr(), "inject_fault": 0,
             "slot_bytes": plan.slot_bytes, "fp8_scaling": layout.FP8_SCALING[weights.fp8],
             "fp8_scales": self.fp8_scale_table.data_ptr() if self.fp8_scale_table is not None else 0,
-            "attn_mode": layout.CONFIG["kAttnMode"],
+            "attn_mode": layout.CONFIG["kAttnMode"], "fp8_gemv": layout.CONFIG["kFp8Gemv"],
             **moe_fields,
         }  # fmt: skip
         self._model_values = model
@@ -366,6 +366,14 @@ class Monokernel:
         single = int(self.table_value("attn_single_ctx", **overrides))
         return 1 if ctx <= single else self.plan.num_splits
 
+    def set_table_value(self, name: str, value: int | float) -> None:
+        """Replaces ModelArgs field `name` of this object's table for every later launch (in place, on the current
+        stream: the launch object keeps the table's address)."""
+        if name not in self._model_values:
+            raise KeyError(name)
+        self._model_values[name] = value
+        self.model_table.copy_(_to_device(layout.pack_model(self._model_values), self.device))
+
     def variant_table(self, **overrides) -> torch.Tensor:
         """A copy of the argument table with some ModelArgs fields replaced (benchmarks time variants with it:
         fewer layers, a smaller LM head, a shallower ring). Use it only through step(model_table=...)."""
@@ -448,6 +456,8 @@ class Monokernel:
 
 ABORT = 4  # kCtrAbort (sync.cuh); kCtrDiag = ABORT + 1 .. ABORT + 4
 SITE_NOT_RESIDENT = 7  # kSiteNotResident (sync.cuh)
+SITE_FP8_RANGE = 8  # kSiteFp8Range (sync.cuh)
+STAGE_NAMES = ("qkv", "o_proj", "gate_up", "down")
 ABORT_SITES = {1: "counter", 2: "weight slot full", 3: "weight slot empty (loader)", 4: "next-token go (loader)",
                5: "hand-off hold (loader)", 6: "tagged hand-off", SITE_NOT_RESIDENT: "blocks not resident"}
 
@@ -457,6 +467,11 @@ def describe_abort(site: int, block: int, what: int, target: int, seen: int, num
     if site == SITE_NOT_RESIDENT:
         on = "tagged words" if what == 0xFFFFFFFF else f"counter {what} ({describe_counter(what, num_kv_heads)})"
         return f"blocks not resident: block {block} waited over 1 ms on {on} with {seen} of {target} blocks started"
+    if site == SITE_FP8_RANGE:
+        stage = STAGE_NAMES[what] if what < len(STAGE_NAMES) else what
+        return (f"fp8 projection input out of the f16 form's range: layer {target} {stage} input has a value beyond "
+                f"+-{layout.CONFIG['kFp8HalfMaxInput']:g} or NaN (block {block}); the f16 FP8 GEMV (fp8_gemv 1) keeps "
+                f"its input as f16 scaled by 2^-{layout.CONFIG['kFp8HalfShift']}")
     desc = f"{ABORT_SITES.get(site, site)} wait timed out in block {block}: what={what} target={target} seen={seen}"
     if site == 1:
         desc += f" ({describe_counter(what, num_kv_heads)})"

@@ -81,6 +81,7 @@ MODEL_FIELDS: tuple[tuple[str, str, int], ...] = (
     ("moe_routers", "p", 1),
     ("moe_logits", "p", 1),
     ("moe_route", "p", 1),
+    ("fp8_gemv", "i", 1),
 )
 
 LAYER_FIELDS: tuple[str, ...] = (
@@ -163,6 +164,12 @@ CONFIG: dict[str, int] = {
     "kAttnModeMma": 1,
     "kAttnModeMmaWide": 2,
     "kAttnTileLen": 16,
+    "kFp8Gemv": 0,
+    "kFp8GemvCudaCores": 0,
+    "kFp8GemvHalf": 1,
+    # fp8.cuh's f16 form: the input's scaling 2^-kFp8HalfShift and the largest |input| it takes
+    "kFp8HalfShift": 8,
+    "kFp8HalfMaxInput": 4096,
 }
 CONFIG_NAMES = tuple(CONFIG)
 

@@ -73,3 +73,52 @@ def linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, layout: s
     if bias is not None:
         y = y + bias.float()
     return y.to(out_dtype)
+
+
+HALF_SHIFT = 8  # fp8.cuh's kFp8HalfShift (layout.CONFIG mirrors it)
+HALF_MAX_INPUT = 4096.0  # kFp8HalfMaxInput
+
+
+def half_form_linear_fp32(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, layout: str) -> torch.Tensor:
+    """The FP8 kernel's f16 form (fp8.cuh, ModelArgs::fp8_gemv 1) for one input vector x [K] (bf16): [N] float32
+    before the output rounding. The input becomes f16(x 2^-HALF_SHIFT); each 16-element vector of a row is summed in
+    f16 as the kernel's two chains do (chain a: element pairs {0,1}, {2,3}, {8,9}, {10,11}; chain b: {4,5}, {6,7},
+    {12,13}, {14,15}; in each pair position, a product then three fused multiply-adds, each rounded once to f16), the
+    chains added in f16, the pair's two halves added in fp32; the vectors' sums are scaled as the kernel scales them
+    (block: per vector; channel / tensor: once) and summed in fp32 in vector order (the kernel sums per lane and
+    then across lanes: the order of those fp32 sums differs), then multiplied by 2^HALF_SHIFT. Raises ValueError for
+    an input the kernel refuses (|x| > HALF_MAX_INPUT or NaN: the launch aborts instead)."""
+    if x.dim() != 1:
+        raise ValueError("one input vector")
+    n, k = weight.shape
+    if k % 16:
+        raise ValueError(f"K = {k} is not a multiple of 16")
+    xf = x.float()
+    if not bool((xf.abs() <= HALF_MAX_INPUT).all()):
+        raise ValueError(f"an input beyond +-{HALF_MAX_INPUT:g} (or NaN): the f16 form aborts the launch")
+    xs = (xf.double() * 2.0**-HALF_SHIFT).half().double().view(1, k // 16, 16)
+    prod = weight.to(torch.float16).double().view(n, k // 16, 16) * xs  # exact in float64
+
+    def r16(t: torch.Tensor) -> torch.Tensor:  # one rounding to f16 (float64 holds the exact sum of two f16 terms
+        return t.half().double()  # and one exact product: their exponents differ by < 53 bits here)
+
+    def chain(elems: tuple[int, ...]) -> torch.Tensor:  # [n, V, 2]: the chain's lo / hi halves
+        acc = r16(prod[..., [elems[0], elems[0] + 1]])
+        for e in elems[1:]:
+            acc = r16(acc + prod[..., [e, e + 1]])
+        return acc
+
+    pair = r16(chain((0, 2, 8, 10)) + chain((4, 6, 12, 14)))
+    vec = (pair[..., 0].float() + pair[..., 1].float()).double()  # [n, V], fp32 sum of the two halves
+    s = scale.double()
+    if layout == "block":
+        bn, bk = BLOCK
+        vec = vec * s.repeat_interleave(bn, dim=0)[:n].repeat_interleave(bk // 16, dim=1)[:, : k // 16]
+        out = vec.sum(dim=1)
+    elif layout == "channel":
+        out = vec.sum(dim=1) * s.reshape(n)
+    elif layout == "tensor":
+        out = vec.sum(dim=1) * s.reshape(())
+    else:
+        raise ValueError(f"unknown layout {layout!r}")
+    return (out * 2.0**HALF_SHIFT).float()

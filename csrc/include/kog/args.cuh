@@ -149,6 +149,9 @@ struct ModelArgs {
   const bf16* const* moe_routers;  // [num_layers] the layers' router weights [E, H]
   bf16* moe_logits;         // [num_layers][E] the router's bf16 logits
   int32_t* moe_route;       // [num_layers][2 kMoeMaxTopK]: expert ids, then the fp32 routing weights' bits
+  // How an FP8 kernel's projections multiply: kFp8GemvCudaCores or kFp8GemvHalf (config.cuh; MonoConfig::kFp8Gemv).
+  // Ignored by the bf16 kernels.
+  int64_t fp8_gemv;
 };
 
 // ModelArgs fields the consumers read right after a hand-off's wait (and the loader at each stage change), copied

@@ -99,6 +99,9 @@ struct MonoConfig {
   // Default of ModelArgs::attn_mode, how splits longer than kAttnShortLen run (the kAttnMode* values below): on the
   // tensor cores (docs/tuning.md).
   static constexpr int kAttnMode = 2;
+  // Default of ModelArgs::fp8_gemv, how an FP8 kernel's projections multiply (the kFp8Gemv* values below): fp32 FMAs
+  // until the f16 form is measured on a GPU (docs/tuning.md).
+  static constexpr int kFp8Gemv = 0;
   // Attention splits whose partials the combining block loads in one round trip (S = 16 for 8 KV heads on 132 SMs)
   // (docs/tuning.md).
   static constexpr int kCombineBatch = 16;
@@ -157,6 +160,23 @@ constexpr int kAttnModeMma = 1;
 constexpr int kAttnModeMmaWide = 2;
 static_assert(MonoConfig::kAttnMode >= kAttnModeRounds && MonoConfig::kAttnMode <= kAttnModeMmaWide,
               "an attn_mode value");
+
+// ModelArgs::fp8_gemv values (fp8.cuh). CudaCores: each e4m3 weight converted to fp32 and multiplied with the bf16
+// input in fp32 FMAs. Half: the input vector kept in shared memory as f16 times 2^-kFp8HalfShift (exact for bf16
+// values with 2^-6 <= |x| <= kFp8HalfMaxInput; a launch whose input holds a larger one aborts), weights converted
+// e4m3x2 -> f16x2 and multiplied in f16x2 FMA chains of four, each vector's sum converted to fp32.
+constexpr int kFp8GemvCudaCores = 0;
+constexpr int kFp8GemvHalf = 1;
+static_assert(MonoConfig::kFp8Gemv == kFp8GemvCudaCores || MonoConfig::kFp8Gemv == kFp8GemvHalf, "an fp8_gemv value");
+// The f16 form's input scaling: x_s holds f16(x 2^-kFp8HalfShift), the sums are multiplied back by kFp8HalfUnscale.
+// kFp8HalfMaxInput bounds |x| so that no f16 partial sum of a vector (8 products of |w| <= 448, the e4m3 maximum) can
+// overflow: 8 x 448 x kFp8HalfMaxInput 2^-kFp8HalfShift <= 65,504. The shift trades that range against the inputs'
+// precision: below 2^(kFp8HalfShift - 14) an input is an f16 subnormal (an absolute error <= 2^(kFp8HalfShift - 25)).
+constexpr int kFp8HalfShift = 8;
+constexpr float kFp8HalfScale = 1.f / (1 << kFp8HalfShift);
+constexpr float kFp8HalfUnscale = static_cast<float>(1 << kFp8HalfShift);
+constexpr float kFp8HalfMaxInput = 4096.f;
+static_assert(8.f * 448.f * kFp8HalfMaxInput * kFp8HalfScale <= 65504.f, "f16 partial sums stay finite");
 
 static_assert(MonoConfig::kHeadsPerPass == 4 && MonoConfig::kAttnUnroll >= 1, "attention register budget");
 

@@ -35,14 +35,15 @@ struct Ring {
 // of the batch at once. The two EpiBatch buffers alternate: a warp writes batch i + 2's partials into batch i's
 // buffer only after the barrier of batch i + 1, which every thread reaches after its reads of batch i.
 // kFp8W: the stage's chunks are FP8 rows with their scales (fp8_scale: the stage's scale tensor, laid out by
-// fp8_mode; fp8.cuh); else bf16 rows.
+// fp8_mode; fp8.cuh), multiplied as fp8_gemv says (kFp8GemvHalf: x_s holds f16, fp8.cuh); else bf16 rows.
 // consume_chunks takes the stage's geometry itself (a MoE router's lives in SmemHeader::moe). kSlotX: unit u's input
 // vector is slot (u & (2^x_slots_log2 - 1)) of x_s, K elements each (the MoE down stage: each slot's act), else x_s.
 template <bool kPair, bool kFp8W = false, bool kSlotX = false, class Epi>
 __device__ __forceinline__ void consume_chunks(const ModelArgs& m, SmemHeader& hdr, Ring& ring, const bf16* x_s,
                                                const StageGeom g, int c0, Epi&& epi, const Tracer& tr, int t, int l,
                                                int landed_ev, int fp8_mode = kFp8None,
-                                               const float* fp8_scale = nullptr, int x_slots_log2 = 0) {
+                                               const float* fp8_scale = nullptr, int x_slots_log2 = 0,
+                                               int fp8_gemv = kFp8GemvCudaCores) {
   constexpr int kLog2W = 3, F = MonoConfig::kEpilogueBatch;
   static_assert(MonoConfig::kConsumerWarps == 1 << kLog2W, "warps per block");
   static_assert(!(kSlotX && kFp8W), "per-slot inputs are a bf16 MoE stage's");
@@ -62,7 +63,7 @@ __device__ __forceinline__ void consume_chunks(const ModelArgs& m, SmemHeader& h
       const int nvalid = min(nu, N - c * nu);
       const uint32_t skip0 = fp8_span(fp8_scale, fp8_mode, K, c * nu, nvalid).skip;
       const uint32_t skip1 = kPair ? fp8_span(fp8_scale, fp8_mode, K, N + c * nu, nvalid).skip : 0u;
-      gemv_partial_fp8<kPair>(w_s, skip0, skip1, x_s, K, nu, wpu_log2, nvalid, fp8_mode, a0, a1);
+      gemv_partial_fp8<kPair>(w_s, skip0, skip1, x_s, K, nu, wpu_log2, nvalid, fp8_mode, fp8_gemv, a0, a1);
     } else {
       const bf16* w_s = reinterpret_cast<const bf16*>(ring.base + static_cast<size_t>(ring.slot) * ring.slot_bytes);
       const bf16* x_w = x_s;
@@ -108,9 +109,9 @@ template <bool kPair, bool kFp8W = false, class Epi>
 __device__ __forceinline__ void consume_stage(const ModelArgs& m, SmemHeader& hdr, Ring& ring, const bf16* x_s,
                                               int st, int c0, Epi&& epi, const Tracer& tr, int t, int l,
                                               int landed_ev, int fp8_mode = kFp8None,
-                                              const float* fp8_scale = nullptr) {
+                                              const float* fp8_scale = nullptr, int fp8_gemv = kFp8GemvCudaCores) {
   consume_chunks<kPair, kFp8W>(m, hdr, ring, x_s, hdr.geo[st], c0, static_cast<Epi&&>(epi), tr, t, l, landed_ev,
-                               fp8_mode, fp8_scale);
+                               fp8_mode, fp8_scale, 0, fp8_gemv);
 }
 
 __device__ __forceinline__ void st_bf16(bf16* p, int i, float v) { reinterpret_cast<uint16_t*>(p)[i] = f2bf_bits(v); }

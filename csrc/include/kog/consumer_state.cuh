@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kog/args.cuh"
 #include "kog/attention.cuh"
@@ -61,7 +62,7 @@ struct Consumers : Fp8Mode<kFp8> {
   const ModelArgs& m;
   const StepArgs& step;
   SmemHeader& hdr;
-  bf16* const x_s;        // a stage's input vector (bf16 [K]) at the start of the work area
+  bf16* const x_s;        // a stage's input vector (bf16 [K]; scaled f16 under fp8_gemv kFp8GemvHalf) at the work area's start
   float* const work;      // the work area: attention splits, the filtered draw (burst_sampling.cuh)
   const uint32_t epoch0;  // the counters' epoch at the launch's start: token t's epoch is epoch0 + t
   const int G, b, tid;
@@ -90,7 +91,7 @@ struct Consumers : Fp8Mode<kFp8> {
 
   __device__ __forceinline__ Consumers(const ModelArgs& m_, const StepArgs& step_, SmemHeader& hdr_, bf16* x_s_,
                                        float* work_, uint8_t* ring_base_, uint32_t epoch0_)
-      : Fp8Mode<kFp8>(kFp8 ? m_.fp8_scaling : int64_t{0}),
+      : Fp8Mode<kFp8>(kFp8 ? m_.fp8_scaling : int64_t{0}, kFp8 ? m_.fp8_gemv : int64_t{0}),
         m(m_),
         step(step_),
         hdr(hdr_),
@@ -128,6 +129,24 @@ struct Consumers : Fp8Mode<kFp8> {
         tr(m),
         tp(m),
         delta(hdr.tp_delta) {}
+
+  // Fills x_s with a stage's input: fill(std::bool_constant<kF16>) runs one of rmsnorm_to_smem / copy_to_smem /
+  // tagged_to_smem with that kF16 and returns its result. An FP8 kernel whose projections run in f16 (fp8_gemv
+  // kFp8GemvHalf) takes the input as scaled f16; where a value is beyond kFp8HalfMaxInput the launch aborts (site
+  // kSiteFp8Range; what: the stage, target: the layer) instead of risking an f16 overflow: the host redoes the step
+  // on the stock path and moves the kernel to the CUDA-core form.
+  template <class Fill>
+  __device__ __forceinline__ void fill_x(int st, int l, Fill&& fill) const {
+    if constexpr (kFp8) {
+      if (this->fp8_gemv == kFp8GemvHalf) {
+        if (fill(std::true_type{}) && tid == 0) {
+          record_abort(ctrs, kSiteFp8Range, static_cast<uint32_t>(st), static_cast<uint32_t>(l), 0u);
+        }
+        return;
+      }
+    }
+    fill(std::false_type{});
+  }
 
   // After a hand-off's release: its schedule position for the loader's hold (handoff_hold.cuh), its timeline mark.
   __device__ __forceinline__ void handed_off(int t, int l, int st, int ev) const {

@@ -35,7 +35,7 @@ namespace kog {
 // x_s and work: the work area (after the header); ring_base: the ring of weight slots; epoch0: the counters' epoch
 // at the launch's start.
 template <int D, int HP, bool kSampled, bool kTP, bool kFp8, bool kMoe>
-__device__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHeader& hdr, bf16* x_s, float* work,
+__device__ __forceinline__ void run_consumers(const ModelArgs& m, const StepArgs& step, SmemHeader& hdr, bf16* x_s, float* work,
                               uint8_t* ring_base, uint32_t epoch0) {
   const Consumers<D, HP, kSampled, kTP, kFp8, kMoe> c(m, step, hdr, x_s, work, ring_base, epoch0);
   Ring ring{c.ring_base, c.num_slots, 0, 0u, 0, c.slot_bytes};

@@ -133,15 +133,110 @@ __device__ __forceinline__ float dot16_e4m3(const uint4 w, const uint4 xa, const
   return a + b;
 }
 
+// ---- the f16 form (ModelArgs::fp8_gemv kFp8GemvHalf) -------------------------------------------------------------
+// x_s holds the input as f16 times 2^-kFp8HalfShift (the stage's fill converts it: rmsnorm_to_smem<true> and its
+// siblings, numerics.cuh pack2_f16); a launch whose input holds |x| > kFp8HalfMaxInput aborts instead (site
+// kSiteFp8Range) and the host moves its table to the CUDA-core form. Per 16-byte vector a lane converts its 16 e4m3
+// weights pairwise to f16x2 (exact), multiplies them with the 16 inputs in two chains of four f16x2 FMAs (f16 sums,
+// one rounding per step), adds the chains and converts the pair to fp32: ~21 instructions per vector where the
+// CUDA-core form issues ~60 (8 conversions, 16 f16 -> fp32 conversions, 16 input unpacks, 16 FMAs). Range: |w| <= 448
+// and |x| 2^-kFp8HalfShift <= 16 keep every f16 partial sum within 8 x 448 x 16 = 57,344 < 65,504 (config.cuh).
+// Precision: the f16 sums put the dot product ~4e-4 (relative norm) from its exact value, a quarter of its final
+// bf16 rounding (reference/fp8_linear.py half_form_linear_fp32 replays them; tests/test_fp8_half_form.py measures it).
+
+// f16x2 of two e4m3 values (the low 16 bits of v; element 0 in the low half): exact.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
+  uint32_t h2;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(static_cast<uint16_t>(v & 0xffffu)));
+  return h2;
+}
+// f16x2 a * b and a * b + c, rounded once per lane.
+__device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ uint32_t hadd2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+// fp32 lo + hi of an f16x2.
+__device__ __forceinline__ float f16x2_sum(uint32_t v) {
+  float lo, hi;
+  asm("{\n .reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}"
+      : "=f"(lo), "=f"(hi)
+      : "r"(v));
+  return lo + hi;
+}
+
+// One 16-byte vector of 16 e4m3 weights w against its 16 scaled f16 inputs xa (elements 0-7, one f16x2 per word), xb
+// (8-15): chain a takes element pairs {0, 1}, {2, 3}, {8, 9}, {10, 11}, chain b {4, 5}, {6, 7}, {12, 13}, {14, 15},
+// each in this order; then a + b and its two halves in fp32. The scaled dot product (times 2^-kFp8HalfShift).
+__device__ __forceinline__ float half_dot16_e4m3(const uint4 w, const uint4 xa, const uint4 xb) {
+  uint32_t a = hmul2(e4m3x2_to_f16x2(w.x), xa.x);
+  uint32_t b = hmul2(e4m3x2_to_f16x2(w.y), xa.z);
+  a = hfma2(e4m3x2_to_f16x2(w.x >> 16), xa.y, a);
+  b = hfma2(e4m3x2_to_f16x2(w.y >> 16), xa.w, b);
+  a = hfma2(e4m3x2_to_f16x2(w.z), xb.x, a);
+  b = hfma2(e4m3x2_to_f16x2(w.w), xb.z, b);
+  a = hfma2(e4m3x2_to_f16x2(w.z >> 16), xb.y, a);
+  b = hfma2(e4m3x2_to_f16x2(w.w >> 16), xb.w, b);
+  return f16x2_sum(hadd2(a, b));
+}
+
+// The lane's fp32 sums of the unit's row(s) over its vectors of [v0, v1), scaled (block scales per vector, per-row
+// and per-tensor once); kHalf: the f16 form (x_s holds the scaled f16 input), else the CUDA-core form.
+template <bool kPair, bool kHalf>
+__device__ __forceinline__ void fp8_lane_sums(const uint4* w0, const uint4* w1, const float* s0, const float* s1,
+                                              const uint4* xv, int lane, int unit, int v0, int v1, int mode,
+                                              float& a0, float& a1) {
+  auto dot = [](const uint4 w, const uint4 xa, const uint4 xb) {
+    if constexpr (kHalf) {
+      return half_dot16_e4m3(w, xa, xb);
+    } else {
+      return dot16_e4m3(w, xa, xb);
+    }
+  };
+  if (mode == kFp8Block128) {
+#pragma unroll 4
+    for (int v = v0 + lane; v < v1; v += 32) {
+      const uint4 xa = xv[2 * v], xb = xv[2 * v + 1];
+      a0 = fmaf(s0[v >> 3], dot(w0[v], xa, xb), a0);
+      if constexpr (kPair) a1 = fmaf(s1[v >> 3], dot(w1[v], xa, xb), a1);
+    }
+  } else {
+#pragma unroll 4
+    for (int v = v0 + lane; v < v1; v += 32) {
+      const uint4 xa = xv[2 * v], xb = xv[2 * v + 1];
+      a0 += dot(w0[v], xa, xb);
+      if constexpr (kPair) a1 += dot(w1[v], xa, xb);
+    }
+    const int si = mode == kFp8PerRow ? unit : 0;
+    a0 *= s0[si];
+    if constexpr (kPair) a1 *= s1[si];
+  }
+  if constexpr (kHalf) {  // undo the input's scaling (exact: a power of two)
+    a0 *= kFp8HalfUnscale;
+    if constexpr (kPair) a1 *= kFp8HalfUnscale;
+  }
+}
+
 // One warp's share of one FP8 chunk's dot products with x_s (gemv.cuh's gemv_partial over FP8 rows, scaled): a row
 // is K / 16 16-byte vectors (K a multiple of 16, plan.py), split over wpu = kConsumerWarps / nu warps as there.
 // Vector v holds elements [16 v, 16 v + 16), one 128-column scale block's (v / 8). w_s: the chunk in its slot,
 // rows_bytes = nu x K (x 2 for a pair) bytes of rows, then the scale spans (fp8_span_offset); skip0 / skip1: where
 // each half's scales start in its span (fp8_span).
+// gemv: ModelArgs::fp8_gemv (kFp8GemvHalf: x_s holds the scaled f16 input, fp8_lane_sums<.., true>).
 template <bool kPair>
 __device__ __forceinline__ void gemv_partial_fp8(const uint8_t* w_s, uint32_t skip0, uint32_t skip1, const bf16* x_s,
-                                                 int K, int nu, int wpu_log2, int nvalid, int mode, float& a0,
-                                                 float& a1) {
+                                                 int K, int nu, int wpu_log2, int nvalid, int mode, int gemv,
+                                                 float& a0, float& a1) {
   const auto [lane, unit, v0, v1] = warp_share(K >> 4, wpu_log2);
   a0 = 0.f;
   a1 = 0.f;
@@ -152,23 +247,10 @@ __device__ __forceinline__ void gemv_partial_fp8(const uint8_t* w_s, uint32_t sk
     const uint4* w0 = reinterpret_cast<const uint4*>(w_s + static_cast<size_t>(unit) * K);
     const uint4* w1 = reinterpret_cast<const uint4*>(w_s + static_cast<size_t>(nu + unit) * K);
     const uint4* xv = reinterpret_cast<const uint4*>(x_s);
-    if (mode == kFp8Block128) {
-#pragma unroll 4
-      for (int v = v0 + lane; v < v1; v += 32) {
-        const uint4 xa = xv[2 * v], xb = xv[2 * v + 1];
-        a0 = fmaf(s0[v >> 3], dot16_e4m3(w0[v], xa, xb), a0);
-        if constexpr (kPair) a1 = fmaf(s1[v >> 3], dot16_e4m3(w1[v], xa, xb), a1);
-      }
+    if (gemv == kFp8GemvHalf) {
+      fp8_lane_sums<kPair, true>(w0, w1, s0, s1, xv, lane, unit, v0, v1, mode, a0, a1);
     } else {
-#pragma unroll 4
-      for (int v = v0 + lane; v < v1; v += 32) {
-        const uint4 xa = xv[2 * v], xb = xv[2 * v + 1];
-        a0 += dot16_e4m3(w0[v], xa, xb);
-        if constexpr (kPair) a1 += dot16_e4m3(w1[v], xa, xb);
-      }
-      const int si = mode == kFp8PerRow ? unit : 0;
-      a0 *= s0[si];
-      if constexpr (kPair) a1 *= s1[si];
+      fp8_lane_sums<kPair, false>(w0, w1, s0, s1, xv, lane, unit, v0, v1, mode, a0, a1);
     }
     a0 = warp_sum(a0);
     if constexpr (kPair) a1 = warp_sum(a1);
@@ -177,15 +259,19 @@ __device__ __forceinline__ void gemv_partial_fp8(const uint8_t* w_s, uint32_t sk
 
 // The FP8 scaling mode of a launch (ModelArgs::fp8_scaling): read at the start in an FP8 kernel, the constant
 // kFp8None elsewhere (no field: consumer_state.cuh's Consumers takes it as a base, empty there).
+// fp8_gemv: ModelArgs::fp8_gemv in an FP8 kernel, kFp8GemvCudaCores elsewhere.
 template <bool kFp8>
 struct Fp8Mode {
   int fp8_mode;
-  __device__ __forceinline__ explicit Fp8Mode(int64_t v) : fp8_mode(static_cast<int>(v)) {}
+  int fp8_gemv;
+  __device__ __forceinline__ Fp8Mode(int64_t v, int64_t gemv)
+      : fp8_mode(static_cast<int>(v)), fp8_gemv(static_cast<int>(gemv)) {}
 };
 template <>
 struct Fp8Mode<false> {
   static constexpr int fp8_mode = kFp8None;
-  __device__ __forceinline__ explicit Fp8Mode(int64_t) {}
+  static constexpr int fp8_gemv = kFp8GemvCudaCores;
+  __device__ __forceinline__ Fp8Mode(int64_t, int64_t) {}
 };
 
 }  // namespace kog

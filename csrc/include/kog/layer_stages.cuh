@@ -71,11 +71,16 @@ __device__ __forceinline__ void qkv_stage(const Consumers<D, HP, kSampled, kTP, 
   const int t = tk.t, l = ly.l, H = c.H, W = c.tp.W;
   const LayerArgs& La = ly.La;
   if (l == 0) {
-    rmsnorm_to_smem(c.x_s, nullptr, tk.emb, La.input_norm, H, c.eps, c.hdr.red_norm);
+    c.fill_x(C::kStageQKV, l, [&](auto f16) {
+      return rmsnorm_to_smem<decltype(f16)::value>(c.x_s, nullptr, tk.emb, La.input_norm, H, c.eps, c.hdr.red_norm);
+    });
   } else {
     consumer_wait(c.ctrs, layer_counter_index(l - 1, c.nkv, C::kStageDown), tk.next * c.n_down * c.tp.nw, kTP);
-    rmsnorm_to_smem(c.x_s, kTP ? layer_parts(c.m, l - 1, kPartDown, W, H) : ly.prev->down_out, ly.prev->rmid,
-                    La.input_norm, H, c.eps, c.hdr.red_norm, W, H);
+    c.fill_x(C::kStageQKV, l, [&](auto f16) {
+      return rmsnorm_to_smem<decltype(f16)::value>(c.x_s, kTP ? layer_parts(c.m, l - 1, kPartDown, W, H)
+                                                               : ly.prev->down_out,
+                                                   ly.prev->rmid, La.input_norm, H, c.eps, c.hdr.red_norm, W, H);
+    });
   }
   if (c.tid == 0) c.tr.mark(t, l, kEvQkvReady);
   bf16* const qkv_out = La.qkv_out;
@@ -89,14 +94,14 @@ __device__ __forceinline__ void qkv_stage(const Consumers<D, HP, kSampled, kTP, 
       if (qkv_bias != nullptr) v += bf2f(reinterpret_cast<const uint16_t*>(qkv_bias)[r]);
       st_bf16(qkv_out, r, v);
       st_relaxed_u32(qkv_t + r, tagged_word(tag, v));
-    }, c.tr, t, l, kEvQkvLanded, c.fp8_mode, fp8_scale<kFp8>(c.hdr, l).qkv);
+    }, c.tr, t, l, kEvQkvLanded, c.fp8_mode, fp8_scale<kFp8>(c.hdr, l).qkv, c.fp8_gemv);
     // The attention splits poll the words: no release.
     consumer_signal_relaxed(c.ctrs, layer_counter_index(l, c.nkv, C::kStageQKV), static_cast<uint32_t>(mine));
   } else {
     consume_stage<false, kFp8>(c.m, c.hdr, ring, c.x_s, C::kStageQKV, c0, [=](int r, int, float v, float) {
       if (qkv_bias != nullptr) v += bf2f(reinterpret_cast<const uint16_t*>(qkv_bias)[r]);
       st_bf16(qkv_out, r, v);
-    }, c.tr, t, l, kEvQkvLanded, c.fp8_mode, fp8_scale<kFp8>(c.hdr, l).qkv);
+    }, c.tr, t, l, kEvQkvLanded, c.fp8_mode, fp8_scale<kFp8>(c.hdr, l).qkv, c.fp8_gemv);
     consumer_signal<kRelaxQKV>(c.ctrs, layer_counter_index(l, c.nkv, C::kStageQKV), static_cast<uint32_t>(mine));
   }
   c.handed_off(t, l, C::kStageQKV, kEvQkvDone);
@@ -146,10 +151,14 @@ __device__ __forceinline__ void o_stage(const Consumers<D, HP, kSampled, kTP, kF
                 hdr.geo[C::kStageO].nu, H);
   }
   if constexpr (tagged_attn) {
-    tagged_to_smem(c.x_s, ly.tagged_l + c.I + (nh + 2 * nkv) * D, nh * D, handoff_tag(tk.e), c.ctrs);
+    c.fill_x(C::kStageO, l, [&](auto f16) {
+      return tagged_to_smem<decltype(f16)::value>(c.x_s, ly.tagged_l + c.I + (nh + 2 * nkv) * D, nh * D,
+                                                  handoff_tag(tk.e), c.ctrs);
+    });
   } else {
     consumer_wait(c.ctrs, layer_counter_index(l, nkv, kCtrAttnDone), tk.next * static_cast<uint32_t>(nkv));
-    copy_to_smem(c.x_s, La.attn_out, nh * D);
+    c.fill_x(C::kStageO, l,
+             [&](auto f16) { return copy_to_smem<decltype(f16)::value>(c.x_s, La.attn_out, nh * D); });
   }
   if (c.tid == 0) c.tr.mark(t, l, kEvOReady);
   bf16* const o_out = La.o_out;
@@ -165,7 +174,7 @@ __device__ __forceinline__ void o_stage(const Consumers<D, HP, kSampled, kTP, kF
       st_bf16(o_out, r, o);
       st_bf16(rmid, r, o + resid[k]);
     }
-  }, c.tr, t, l, kEvOLanded, c.fp8_mode, fp8_scale<kFp8>(c.hdr, l).o_proj);
+  }, c.tr, t, l, kEvOLanded, c.fp8_mode, fp8_scale<kFp8>(c.hdr, l).o_proj, c.fp8_gemv);
   if (kTP) {
     consumer_signal_ranks(c.ctrs, layer_counter_index(l, nkv, C::kStageO), static_cast<uint32_t>(mine), W, delta);
   } else {
@@ -183,8 +192,10 @@ __device__ __forceinline__ void gate_up_stage(const Consumers<D, HP, kSampled, k
   const int t = tk.t, l = ly.l, H = c.H, W = c.tp.W, nkv = c.nkv;
   const LayerArgs& La = ly.La;
   consumer_wait(c.ctrs, layer_counter_index(l, nkv, C::kStageO), tk.next * c.n_o * c.tp.nw, kTP);
-  rmsnorm_to_smem(c.x_s, kTP ? layer_parts(c.m, l, kPartO, W, H) : La.o_out, ly.rin, La.post_norm, H, c.eps,
-                  c.hdr.red_norm, W, H);
+  c.fill_x(C::kStageGU, l, [&](auto f16) {
+    return rmsnorm_to_smem<decltype(f16)::value>(c.x_s, kTP ? layer_parts(c.m, l, kPartO, W, H) : La.o_out, ly.rin,
+                                                 La.post_norm, H, c.eps, c.hdr.red_norm, W, H);
+  });
   if (c.tid == 0) c.tr.mark(t, l, kEvGuReady);
   bf16* const act = La.act;
   auto silu_mul = [](float vg, float vu) {
@@ -198,13 +209,13 @@ __device__ __forceinline__ void gate_up_stage(const Consumers<D, HP, kSampled, k
       const float a = silu_mul(vg, vu);
       st_bf16(act, r, a);
       st_relaxed_u32(act_t + r, tagged_word(tag, a));
-    }, c.tr, t, l, kEvGuLanded, c.fp8_mode, fp8_scale<kFp8>(c.hdr, l).gate_up);
+    }, c.tr, t, l, kEvGuLanded, c.fp8_mode, fp8_scale<kFp8>(c.hdr, l).gate_up, c.fp8_gemv);
     // No release: the down stage reads the tagged words, not this counter.
     consumer_signal_relaxed(c.ctrs, layer_counter_index(l, nkv, C::kStageGU), static_cast<uint32_t>(mine));
   } else {
     consume_stage<true, kFp8>(c.m, c.hdr, ring, c.x_s, C::kStageGU, c0, [=](int r, int, float vg, float vu) {
       st_bf16(act, r, silu_mul(vg, vu));
-    }, c.tr, t, l, kEvGuLanded, c.fp8_mode, fp8_scale<kFp8>(c.hdr, l).gate_up);
+    }, c.tr, t, l, kEvGuLanded, c.fp8_mode, fp8_scale<kFp8>(c.hdr, l).gate_up, c.fp8_gemv);
     consumer_signal<kRelaxGU>(c.ctrs, layer_counter_index(l, nkv, C::kStageGU), static_cast<uint32_t>(mine));
   }
   c.handed_off(t, l, C::kStageGU, kEvGuDone);
@@ -228,10 +239,12 @@ __device__ __forceinline__ void down_stage(const Consumers<D, HP, kSampled, kTP,
     gather_rows(hdr.resid, La.rmid, c0, mine, hdr.geo[C::kStageDown].nu, H);
   }
   if (c.tagged_gu.on) {
-    tagged_to_smem(c.x_s, ly.tagged_l, c.I, handoff_tag(tk.e), c.ctrs);
+    c.fill_x(C::kStageDown, l, [&](auto f16) {
+      return tagged_to_smem<decltype(f16)::value>(c.x_s, ly.tagged_l, c.I, handoff_tag(tk.e), c.ctrs);
+    });
   } else {
     consumer_wait(c.ctrs, layer_counter_index(l, nkv, C::kStageGU), tk.next * c.n_gu);
-    copy_to_smem(c.x_s, La.act, c.I);
+    c.fill_x(C::kStageDown, l, [&](auto f16) { return copy_to_smem<decltype(f16)::value>(c.x_s, La.act, c.I); });
   }
   if (c.tid == 0) c.tr.mark(t, l, kEvDownReady);
   bf16* const down_out = La.down_out;
@@ -247,7 +260,7 @@ __device__ __forceinline__ void down_stage(const Consumers<D, HP, kSampled, kTP,
       st_bf16(down_out, r, d);
       st_bf16(rin_next, r, d + resid[k]);
     }
-  }, c.tr, t, l, kEvDownLanded, c.fp8_mode, fp8_scale<kFp8>(c.hdr, l).down);
+  }, c.tr, t, l, kEvDownLanded, c.fp8_mode, fp8_scale<kFp8>(c.hdr, l).down, c.fp8_gemv);
   if (kTP) {
     consumer_signal_ranks(c.ctrs, layer_counter_index(l, nkv, C::kStageDown), static_cast<uint32_t>(mine), W, delta);
   } else {

@@ -31,6 +31,23 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
   return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
 }
 
+// The f16 pair {lo, hi} (lo in the low half) of two fp32 values that hold bf16 values, times 2^-kFp8HalfShift (the FP8
+// kernel's f16 input vector, fp8.cuh): exact for 2^-6 <= |v| (bf16's 8-bit significand fits f16's 11 bits), an
+// absolute error <= 2^-17 below. `over` is set where |v| > kFp8HalfMaxInput or v is NaN (config.cuh).
+__device__ __forceinline__ uint32_t pack2_f16(float lo, float hi, bool& over) {
+  over |= !(fabsf(lo) <= kFp8HalfMaxInput) || !(fabsf(hi) <= kFp8HalfMaxInput);
+  uint32_t r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi * kFp8HalfScale), "f"(lo * kFp8HalfScale));
+  return r;
+}
+__device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t u, bool& over) {
+  return pack2_f16(bf_lo(u), bf_hi(u), over);
+}
+__device__ __forceinline__ uint4 bf16x8_to_f16x8(const uint4 v, bool& over) {
+  return make_uint4(bf16x2_to_f16x2(v.x, over), bf16x2_to_f16x2(v.y, over), bf16x2_to_f16x2(v.z, over),
+                    bf16x2_to_f16x2(v.w, over));
+}
+
 // acc + sum_i w[i] * x[i] over 8 bf16 pairs, fp32, two independent FMA chains.
 __device__ __forceinline__ float dot8(const uint4 w, const uint4 x, float acc) {
   float a = 0.f, b = 0.f;

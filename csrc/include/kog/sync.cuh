@@ -14,7 +14,8 @@ namespace kog {
 // Layout of ModelArgs::counters, in units of MonoConfig::kCounterStride words:
 //   0 epoch (steps completed, written by the last block to finish a launch)   1 finish (blocks done this launch)
 //   2 lm (blocks done with the LM head)   3 token-ready (epoch + 1 once the sampled token is in tokens_out)
-//   4 abort (0, or the site of the first wait that timed out)   5..8 that wait's block, what, target, seen
+//   4 abort (0, or the site of the first wait that timed out, or kSiteFp8Range)   5..8 that site's block, what,
+//      target, seen
 //   9 tp-lm (tensor parallelism: ranks whose best LM-head key of the token arrived here)
 //   10 sample-arrive (blocks whose rows a filtered draw counted, burst_sampling.cuh)   11 sample-ready (cuts
 //      published); both count from 0 within a launch and are zeroed by the launch's last block
@@ -35,9 +36,10 @@ constexpr int kCtrLayerBase = 13;
 static_assert(kCtrSampleReady < kCtrStarted && kCtrStarted < kCtrLayerBase, "global counters precede the layers' blocks");
 constexpr int kCtrAttnDone = 4, kCtrAttnKV = 5;  // within a layer's block, after the four GEMV stages
 
-// Abort sites (the value of counter kCtrAbort).
+// Abort sites (the value of counter kCtrAbort). kSiteFp8Range is no wait: an FP8 kernel's f16 input vector got a
+// value beyond kFp8HalfMaxInput (Consumers::fill_x).
 constexpr uint32_t kSiteCounter = 1, kSiteFull = 2, kSiteEmpty = 3, kSiteTokenGo = 4, kSiteHandoff = 5,
-                   kSiteTagged = 6, kSiteNotResident = 7;
+                   kSiteTagged = 6, kSiteNotResident = 7, kSiteFp8Range = 8;
 // A wait that spins this long (cycles, ~1.1 s at 1.98 GHz) records itself and gives up, and every other wait then
 // gives up too: the launch finishes with garbage instead of hanging, and the host reads what hung. The launch's
 // last block then reports no token (num_out 0, defer_out 0) and writes the abort word to ModelArgs::status_out.
@@ -156,6 +158,16 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 // Hardware barrier ids: 0 __syncthreads, 1 all consumer warps.
 __device__ __forceinline__ void consumer_sync() {
   asm volatile("bar.sync 1, %0;" ::"n"(MonoConfig::kConsumerThreads) : "memory");
+}
+// consumer_sync that also returns, on every consumer thread, whether any of them passed v = true.
+__device__ __forceinline__ bool consumer_sync_or(bool v) {
+  uint32_t r;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 q, %1, 0;\n bar.red.or.pred p, 1, %2, q;\n selp.u32 %0, 1, 0, p;\n}"
+      : "=r"(r)
+      : "r"(static_cast<uint32_t>(v)), "n"(MonoConfig::kConsumerThreads)
+      : "memory");
+  return r != 0u;
 }
 
 // The calling thread polls counter `index` (acquire) until it reaches target, or records a timeout / sees an abort.

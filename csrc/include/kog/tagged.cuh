@@ -103,7 +103,10 @@ __device__ __forceinline__ bool tagged4_ready(const uint4& v, uint32_t tag) {
 // x_s[0:n] = the bf16 halves of src[0:n] (tagged words other blocks store in this launch, n % 4 == 0), once every
 // word carries `tag`. A thread keeps up to kTaggedBatch 16-byte loads in flight per round and re-polls only the
 // ones not ready. Ends with a consumer barrier. A wait past kWaitTimeoutCycles records itself (site kSiteTagged).
-__device__ __forceinline__ void tagged_to_smem(bf16* x_s, const uint32_t* src, int n, uint32_t tag, uint32_t* ctrs) {
+// kF16 and the result: as rmsnorm_to_smem's.
+template <bool kF16 = false>
+__device__ __forceinline__ bool tagged_to_smem(bf16* x_s, const uint32_t* src, int n, uint32_t tag, uint32_t* ctrs) {
+  bool over = false;
   constexpr int kB = MonoConfig::kTaggedBatch;
   constexpr int kStep = MonoConfig::kConsumerThreads * 4;
   for (int i0 = threadIdx.x * 4; i0 < n; i0 += kStep * kB) {
@@ -123,7 +126,8 @@ __device__ __forceinline__ void tagged_to_smem(bf16* x_s, const uint32_t* src, i
       for (int j = 0; j < kB; ++j) {
         if (((pending >> j) & 1u) && tagged4_ready(v[j], tag)) {
           const uint32_t lo = (v[j].x & 0xffffu) | (v[j].y << 16), hi = (v[j].z & 0xffffu) | (v[j].w << 16);
-          *reinterpret_cast<uint2*>(x_s + i0 + j * kStep) = make_uint2(lo, hi);
+          *reinterpret_cast<uint2*>(x_s + i0 + j * kStep) =
+              kF16 ? make_uint2(bf16x2_to_f16x2(lo, over), bf16x2_to_f16x2(hi, over)) : make_uint2(lo, hi);
           pending &= ~(1u << j);
         }
       }
@@ -142,7 +146,9 @@ __device__ __forceinline__ void tagged_to_smem(bf16* x_s, const uint32_t* src, i
       }
     }
   }
+  if constexpr (kF16) return consumer_sync_or(over);
   consumer_sync();
+  return false;
 }
 
 }  // namespace kog

@@ -22,6 +22,7 @@ REASONS = {
     "setup_failed": "monokernel set-up failed: {error}",
     "launch_failed": "monokernel launch failed: {error}",
     "kernel_abort": "kernel abort: {detail}",
+    "fp8_input_range": "kernel abort: {detail}; the FP8 projections run in fp32 (fp8_gemv 0) from now on",
     # the device (the extension: extension.py)
     "not_cuda": "device {device} is not a CUDA GPU",
     "capability": "compute capability {capability}: the monokernel is built for sm_90a (H100/H200) only",
@@ -78,6 +79,12 @@ def launch_failed(error: Any) -> str:
 
 def kernel_abort(detail: str) -> str:
     return REASONS["kernel_abort"].format(detail=detail)
+
+
+def fp8_input_range(detail: str) -> str:
+    """An FP8 launch of the f16 form aborted on an input beyond its range (sync.cuh kSiteFp8Range): kog stays on, its
+    FP8 projections move to the fp32 form (bf16 input)."""
+    return REASONS["fp8_input_range"].format(detail=detail)
 
 
 def fp8_option_reason(fp8: str | None, fp8_weights: bool) -> str | None:
