@@ -138,7 +138,7 @@ __device__ __forceinline__ float dot16_e4m3(const uint4 w, const uint4 xa, const
 // siblings, numerics.cuh pack2_f16); a launch whose input holds |x| > kFp8HalfMaxInput aborts instead (site
 // kSiteFp8Range) and the host moves its table to the CUDA-core form. Per 16-byte vector a lane converts its 16 e4m3
 // weights pairwise to f16x2 (exact), multiplies them with the 16 inputs in two chains of four f16x2 FMAs (f16 sums,
-// one rounding per step), adds the chains and converts the pair to fp32: ~21 instructions per vector where the
+// one rounding per step), adds the chains and converts the pair to fp32: ~24 instructions per vector where the
 // CUDA-core form issues ~60 (8 conversions, 16 f16 -> fp32 conversions, 16 input unpacks, 16 FMAs). Range: |w| <= 448
 // and |x| 2^-kFp8HalfShift <= 16 keep every f16 partial sum within 8 x 448 x 16 = 57,344 < 65,504 (config.cuh).
 // Precision: the f16 sums put the dot product ~4e-4 (relative norm) from its exact value, a quarter of its final
@@ -148,6 +148,13 @@ __device__ __forceinline__ float dot16_e4m3(const uint4 w, const uint4 xa, const
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
   uint32_t h2;
   asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(static_cast<uint16_t>(v & 0xffffu)));
+  return h2;
+}
+// The same of the high 16 bits of v (element 2 in the low half), taken as the register's upper half, so that no shift
+// precedes the conversion.
+__device__ __forceinline__ uint32_t e4m3x2_hi_to_f16x2(uint32_t v) {
+  uint32_t h2;
+  asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, hi;\n}" : "=r"(h2) : "r"(v));
   return h2;
 }
 // f16x2 a * b and a * b + c, rounded once per lane.
@@ -181,12 +188,12 @@ __device__ __forceinline__ float f16x2_sum(uint32_t v) {
 __device__ __forceinline__ float half_dot16_e4m3(const uint4 w, const uint4 xa, const uint4 xb) {
   uint32_t a = hmul2(e4m3x2_to_f16x2(w.x), xa.x);
   uint32_t b = hmul2(e4m3x2_to_f16x2(w.y), xa.z);
-  a = hfma2(e4m3x2_to_f16x2(w.x >> 16), xa.y, a);
-  b = hfma2(e4m3x2_to_f16x2(w.y >> 16), xa.w, b);
+  a = hfma2(e4m3x2_hi_to_f16x2(w.x), xa.y, a);
+  b = hfma2(e4m3x2_hi_to_f16x2(w.y), xa.w, b);
   a = hfma2(e4m3x2_to_f16x2(w.z), xb.x, a);
   b = hfma2(e4m3x2_to_f16x2(w.w), xb.z, b);
-  a = hfma2(e4m3x2_to_f16x2(w.z >> 16), xb.y, a);
-  b = hfma2(e4m3x2_to_f16x2(w.w >> 16), xb.w, b);
+  a = hfma2(e4m3x2_hi_to_f16x2(w.z), xb.y, a);
+  b = hfma2(e4m3x2_hi_to_f16x2(w.w), xb.w, b);
   return f16x2_sum(hadd2(a, b));
 }
 
