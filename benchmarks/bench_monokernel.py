@@ -105,13 +105,13 @@ def bench_shape(name: str, ctxs: list[int], reps: int, copy_gbs: float, dev, var
                 trace: bool = False, holds: tuple[tuple[int, int], ...] = (), single_ctx: int = 0,
                 prefetch: tuple[int, ...] = (), stall_prefetch: tuple[int, ...] = (),
                 inflight: tuple[int, ...] = (), sets: tuple[dict[str, int], ...] = (), tokens: int = 1,
-                sampling: tuple[str, ...] = (), fp8: str | None = None) -> list[dict]:
+                sampling: tuple[str, ...] = (), fp8: str | None = None, fp8_full_slots: bool = False) -> list[dict]:
     s = synthetic.make_shape(*synthetic.SHAPES[name], max_position=max(ctxs) + 64 + tokens)
     w = synthetic.random_decoder(s, dev, seed=1, fp8=fp8)
     max_ctx = max(ctxs)
     num_blocks = (max_ctx + tokens) // BS + 16
     caches = synthetic.paged_kv_caches(s, num_blocks, BS, dev)
-    mk = Monokernel(w, caches, dev, max_model_len=max_ctx + 8 + tokens)
+    mk = Monokernel(w, caches, dev, max_model_len=max_ctx + 8 + tokens, fp8_full_slots=fp8_full_slots)
     wbytes = w.weight_bytes_per_token()  # FP8: one byte per projection weight plus its scales
     kv_row = s.kv_bytes_per_position
     rows = []
@@ -281,6 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--fp8", choices=("tensor", "channel", "block"), default=None, metavar="LAYOUT",
                     help="FP8 (e4m3) projections with tensor, channel or 128x128 block scales (fp32), quantised from "
                          "the same bf16 weights; bytes/step count the FP8 bytes read")
+    ap.add_argument("--fp8-full-slots", action="store_true",
+                    help="with --fp8: plan.make_plan's fp8_full_slots (slots of 32 KiB plus the scale tail, 32 KiB "
+                         "FP8 chunks)")
     return ap
 
 
@@ -305,7 +308,8 @@ def main() -> int:
                                  holds=parse_holds(args.hold), single_ctx=args.single_ctx,
                                  prefetch=parse_ints(args.prefetch), stall_prefetch=parse_ints(args.stall_prefetch),
                                  inflight=parse_ints(args.inflight),
-                                 sets=parse_sets(args.set), tokens=args.tokens, sampling=sampling, fp8=args.fp8)
+                                 sets=parse_sets(args.set), tokens=args.tokens, sampling=sampling, fp8=args.fp8,
+                                 fp8_full_slots=args.fp8_full_slots)
         rows += shape_rows
         for r in shape_rows:
             print(f"  {r['shape']} {r['variant']} ctx {r['ctx']}: {r['us']:.1f} us", flush=True)

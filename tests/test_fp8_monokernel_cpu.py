@@ -320,3 +320,25 @@ def test_fp8_models_need_the_fp8_weights_option(monkeypatch):
     got = step_select.select_step(None, KogConfig(fp8_weights=True), w, caches, CPU, 64, w.shape.vocab_size, 1, None,
                                   None)  # fmt: skip
     assert isinstance(got, str) and "fp8_weights" not in got
+
+
+@pytest.mark.parametrize("name,slots,nu_base,nu_full", [
+    ("llama-3.2-1b", 6, [8, 8, 4, 2], [8, 8, 8, 4]),
+    ("llama-3.1-8b", 5, [4, 4, 2, 2], [8, 8, 4, 2]),
+    ("qwen3-4b", 6, [8, 4, 4, 2], [8, 8, 4, 2]),
+])  # fmt: skip
+def test_fp8_full_slots_double_the_short_chunks(name, slots, nu_base, nu_full):
+    """With kSlotBytes slots an FP8 chunk's scale tail keeps nu at half what the rows alone would allow wherever
+    those rows fill exactly one slot (K = 4,096: 4 QKV / O rows of Llama-3.1-8B; K = 2,048: 4 gate/up pairs of the
+    1B); fp8_full_slots adds the largest tail to the slot, the stages' nu double there (up to kConsumerWarps), and
+    the shared memory holds `slots` of them. bf16 plans ignore the option."""
+    s = synthetic.make_shape(*synthetic.SHAPES[name], max_position=4096)
+    base = plan.make_plan(s, 132, weight_bytes=1)
+    full = plan.make_plan(s, 132, weight_bytes=1, fp8_full_slots=True)
+    assert isinstance(base, plan.Plan) and isinstance(full, plan.Plan)
+    assert [st.nu for st in base.stages[:4]] == nu_base and [st.nu for st in full.stages[:4]] == nu_full
+    assert full.slot_bytes % 16 == 0 and C["kSlotBytes"] < full.slot_bytes < C["kSlotBytes"] + 1024
+    assert full.num_slots == slots and full.smem_bytes <= C["kMaxSmemBytes"]
+    for st in full.stages[:4]:
+        assert plan.chunk_bytes(st.k, st.nu, st.pair, st.elem_bytes) <= full.slot_bytes
+    assert plan.make_plan(s, 132, fp8_full_slots=True) == plan.make_plan(s, 132)

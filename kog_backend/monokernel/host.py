@@ -52,8 +52,10 @@ class Monokernel:
         max_tokens_per_launch: int = 1,
         sm_count: int | None = None,
         tp_buffer=None,
+        fp8_full_slots: bool = False,
     ):
         """sm_count: blocks to launch (default: every SM; ranks sharing one GPU under MPS take a share each).
+        fp8_full_slots: plan.make_plan's FP8 slot variant (benchmarks).
         tp_buffer: at tensor parallelism, this rank's kog_backend.collective.ipc.SharedBuffer of at least
         tp_layout.tp_buffer_layout(shape, world).nbytes, created by every rank of the group; weights.embed must then be the
         whole embedding table (the kernel reads any token's row), the other weights vLLM's shards."""
@@ -75,11 +77,12 @@ class Monokernel:
         self.device = device
         self.max_model_len = max_model_len
         moe = getattr(weights, "moe", None)
-        plan = gate.plan_or_reason(weights, sm_count or _sm_count(device), world)
+        plan = gate.plan_or_reason(weights, sm_count or _sm_count(device), world, fp8_full_slots)
         self.moe_plan: MoePlan | None = plan if isinstance(plan, MoePlan) else None
         if self.moe_plan is not None:
             plan = self.moe_plan.kernel
-        assert isinstance(plan, Plan)
+        if isinstance(plan, str):  # (only a plan variant can fail here: unsupported_reason checked the default one)
+            raise ValueError(f"monokernel unsupported: {plan}")
         self.plan = plan
         self.head_dim = s.head_dim
         self.fp8_weights = weights.fp8 is not None  # the FP8 kernel instantiation

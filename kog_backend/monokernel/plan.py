@@ -125,10 +125,13 @@ def lm_rows(shape) -> int:
     return max(0, min(shape.padded_vocab_local, shape.vocab_size - shape.vocab_start))
 
 
-def make_plan(shape, sm_count: int, weight_bytes: int = 2) -> Plan | str:
+def make_plan(shape, sm_count: int, weight_bytes: int = 2, fp8_full_slots: bool = False) -> Plan | str:
     """The plan for `shape` (model_spec.DecoderShape) on a GPU with `sm_count` SMs, or why there is none (a reason
     that names the config field). weight_bytes: bytes of one element of the four layer projections, 2 (bf16) or 1
-    (FP8: DecoderWeights.projection_bytes); the LM head is bf16 either way."""
+    (FP8: DecoderWeights.projection_bytes); the LM head is bf16 either way. fp8_full_slots (FP8 only; a benchmark
+    variant until measured): slots of kSlotBytes plus the largest scale tail, so that an FP8 chunk holds kSlotBytes of
+    rows (with kSlotBytes slots the tail halves nu: 16 KiB chunks for K = 4,096), at the price of fewer slots where
+    the shared memory is short (Llama-3.1-8B: 5 instead of 6)."""
     if weight_bytes not in (1, 2):
         raise ValueError(f"weight_bytes {weight_bytes} (2: bf16, 1: FP8)")
     c = CONFIG
@@ -151,6 +154,8 @@ def make_plan(shape, sm_count: int, weight_bytes: int = 2) -> Plan | str:
         if reason is not None:
             return reason
     slot = slot_bytes_for(max(chunk_bytes(k, 1, pair, eb) for k, _, pair, eb in specs))
+    if fp8_full_slots and wb == 1:  # (the spans are whole 16-byte units: the bulk copies' alignment holds)
+        slot = max(slot, c["kSlotBytes"] + max(fp8_tail_bytes(k, pair) for k, _, pair, eb in specs if eb == 1))
     stages = []
     for k, n, pair, eb in specs:
         nu = units_per_chunk(k, 2 if pair else 1, slot, eb)

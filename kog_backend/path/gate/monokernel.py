@@ -281,15 +281,16 @@ def weights_reason(weights: Any, device: Any) -> str | None:
     return None
 
 
-def plan_or_reason(weights: Any, sm_count: int, tp_world: int = 1) -> Any:
+def plan_or_reason(weights: Any, sm_count: int, tp_world: int = 1, fp8_full_slots: bool = False) -> Any:
     """The launch plan of `weights` on `sm_count` SMs, or why there is none: moe_plan_or_reason's MoePlan for a
-    Qwen3-MoE model (moe_step.MoeDecoderWeights), else make_plan's Plan (bf16 or FP8 projections)."""
+    Qwen3-MoE model (moe_step.MoeDecoderWeights), else make_plan's Plan (bf16 or FP8 projections; fp8_full_slots:
+    make_plan's)."""
     moe = getattr(weights, "moe", None)
     if moe is not None:
         return moe_plan_or_reason(weights.shape, moe, sm_count, tp_world)
     from kog_backend.monokernel.plan import make_plan
 
-    return make_plan(weights.shape, sm_count, weights.projection_bytes)
+    return make_plan(weights.shape, sm_count, weights.projection_bytes, fp8_full_slots)
 
 
 def moe_plan_or_reason(s: Any, moe: Any, sm_count: int, tp_world: int) -> Any:
