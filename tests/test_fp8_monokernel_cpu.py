@@ -337,7 +337,7 @@ def test_fp8_full_slots_double_the_short_chunks(name, slots, nu_base, nu_full):
     full = plan.make_plan(s, 132, weight_bytes=1, fp8_full_slots=True)
     assert isinstance(base, plan.Plan) and isinstance(full, plan.Plan)
     assert [st.nu for st in base.stages[:4]] == nu_base and [st.nu for st in full.stages[:4]] == nu_full
-    assert full.slot_bytes % 16 == 0 and C["kSlotBytes"] < full.slot_bytes < C["kSlotBytes"] + 1024
+    assert full.slot_bytes % 128 == 0 and C["kSlotBytes"] < full.slot_bytes < C["kSlotBytes"] + 1024
     assert full.num_slots == slots and full.smem_bytes <= C["kMaxSmemBytes"]
     for st in full.stages[:4]:
         assert plan.chunk_bytes(st.k, st.nu, st.pair, st.elem_bytes) <= full.slot_bytes

@@ -61,7 +61,8 @@ class LaunchOutcome:
         which the stream orders behind its launch, before scheduling this step: a host read, no device call. An
         aborted launch reported no token (its count is 0: the scheduler retakes that position, KogScheduler), so
         nothing it computed reached a client; here kog turns off (True: the runner drops `step`) and this step, and
-        every later one, runs stock. Tensor parallelism: the ranks' words are combined (max) so that every rank
+        every later one, runs stock, except for an FP8 input beyond the f16 GEMV's range (the kernel moves to form 0
+        and stays: False). Tensor parallelism: the ranks' words are combined (max) so that every rank
         decides the same."""
         mk = step.kernel
         word = agree_status_word(mk.status_word(), step.tp_size)

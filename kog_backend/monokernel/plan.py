@@ -154,8 +154,9 @@ def make_plan(shape, sm_count: int, weight_bytes: int = 2, fp8_full_slots: bool 
         if reason is not None:
             return reason
     slot = slot_bytes_for(max(chunk_bytes(k, 1, pair, eb) for k, _, pair, eb in specs))
-    if fp8_full_slots and wb == 1:  # (the spans are whole 16-byte units: the bulk copies' alignment holds)
-        slot = max(slot, c["kSlotBytes"] + max(fp8_tail_bytes(k, pair) for k, _, pair, eb in specs if eb == 1))
+    if fp8_full_slots and wb == 1:  # the tail rounded up to 128 bytes: slots stay 128-byte aligned (config.cuh)
+        tail = max(fp8_tail_bytes(k, pair) for k, _, pair, eb in specs if eb == 1)
+        slot = max(slot, c["kSlotBytes"] + -(-tail // 128) * 128)
     stages = []
     for k, n, pair, eb in specs:
         nu = units_per_chunk(k, 2 if pair else 1, slot, eb)
