@@ -16,8 +16,9 @@ Cases: every layout x (Llama, head dim 64, GQA 4, tied) and (Qwen3, head dim 128
 and 1000; two layers of real shapes with long rows (Llama-3.1-8B: down rows of 14,336 bytes, 112 block scales a
 row; Qwen3-4B: hidden 2560, a K that is no multiple of 512) per layout; a K = 5 launch against five K = 1 launches
 and a sampled launch's tokens against the one-token launches' (the LM head stays bf16 in the FP8 kernel); an input
-beyond the f16 form's range (|x| > 4096) aborts an f16-form launch with no token, and the next launch after
-reset_counters is correct.
+beyond the f16 form's range (|x| > 4096) in the input of QKV, O or down aborts an f16-form launch with no token and
+names the projection, and the next launch after reset_counters is correct; the f16 form's O and down outputs against
+the replay of its schedule (half_form_linear_fp32) on the kernel's own inputs.
 """
 
 from __future__ import annotations
@@ -30,14 +31,16 @@ from kernel_gpu import burst_equals_steps, require_sm90_extension  # noqa: E402
 
 from kog_backend.monokernel import Monokernel, layout as mk_layout, reference, synthetic  # noqa: E402
 from kog_backend.monokernel.host import SITE_FP8_RANGE  # noqa: E402
+from kog_backend.path.model_spec import SCALE_FIELDS  # noqa: E402
 from kog_backend.path.quant_format import LAYOUTS  # noqa: E402
+from kog_backend.reference.fp8_linear import half_form_linear_fp32  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
 require_sm90_extension()
 
 # (_prepare draws block tables over test_monokernel_gpu's NUM_BLOCKS: the caches here have as many blocks)
-from test_monokernel_gpu import BS, MAX_CTX, NUM_BLOCKS, _check_step, _poison, _prepare  # noqa: E402
+from test_monokernel_gpu import BS, MAX_CTX, NUM_BLOCKS, _buffers, _check_step, _poison, _prepare  # noqa: E402
 
 DEV = torch.device("cuda", 0)
 
@@ -69,7 +72,29 @@ def _small(arch, head_dim, gqa, tied, layout):
     return _model(("small", arch, head_dim, gqa, layout), s, layout, seed=head_dim + gqa)
 
 
-def _one_step(w, caches, mk, ctx, seed, token, errors, check_end_to_end=True, table=None):
+def _half_form_schedule(w, mk, errors, min_equal=0.95, max_rel=5e-4):
+    """The f16 form's O and down projections against the replay of its schedule (fp8_linear.half_form_linear_fp32)
+    on the kernel's own inputs (attn_out, act): at least min_equal of the bf16 outputs bit-equal (the replay sums the
+    lanes' fp32 partials in another order, which flips a rounding now and then) and max_rel relative norm overall;
+    the exact-product bounds of _check_step cannot tell a slightly wrong f16 schedule (an FTZ, a chain's order) from
+    the right one."""
+    for i, (lw, b) in enumerate(zip(w.layers, _buffers(mk))):
+        for proj, src, out in (("o_proj", "attn_out", "o_out"), ("down", "act", "down_out")):
+            ref = half_form_linear_fp32(b[src].float().cpu().to(torch.bfloat16), getattr(lw, proj).cpu(),
+                                        getattr(lw, SCALE_FIELDS[proj]).cpu(), w.fp8)
+            got = b[out].cpu()
+            want = ref.to(torch.bfloat16)
+            equal = float((got == want).float().mean())
+            rel = float((got.float() - ref).norm() / ref.norm())
+            if equal < min_equal or rel > max_rel:
+                errors.append(f"layer {i} {proj}: f16 form {equal:.1%} bit-equal to its schedule's replay, "
+                              f"relative error {rel:.1e}")
+
+
+def _one_step(w, caches, mk, ctx, seed, token, errors, check_end_to_end=True, gemv=None, replay=True):
+    """One launch (FP8 GEMV form `gemv`, None: the table's own) checked stage by stage; the f16 form also against
+    its schedule's replay (replay: on the CPU in float64, seconds for the small shapes)."""
+    table = _table(mk, gemv) if gemv is not None else None
     pos, slot, bt = _prepare(w, caches, ctx, seed)
     logits_out = torch.empty(w.shape.vocab_size, dtype=torch.bfloat16, device=DEV)
     _poison(mk, logits_out)
@@ -81,6 +106,8 @@ def _one_step(w, caches, mk, ctx, seed, token, errors, check_end_to_end=True, ta
     splits = mk.attention_splits(ctx)
     if _check_step(w, caches, mk, token, pos, slot, bt, logits_out, errors, pre, got_token, splits) is None:
         return
+    if replay and w.fp8 is not None and (GEMVS[gemv] if gemv is not None else mk.table_value("fp8_gemv")) == GEMVS["half"]:
+        _half_form_schedule(w, mk, errors)
     if check_end_to_end:
         ref = reference.reference_step(w, pre, token, pos, slot, bt, splits)
         rel = ((logits_out.float() - ref["logits"].float()).norm() / ref["logits"].float().norm()).item()
@@ -97,7 +124,7 @@ def test_fp8_step_matches_reference(gemv, layout, arch, head_dim, gqa, tied, ctx
     assert w.fp8 == layout and w.layers[0].qkv.dtype == torch.float8_e4m3fn
     errors: list[str] = []
     _one_step(w, caches, mk, ctx, seed=ctx * 7 + head_dim, token=(ctx * 7919) % w.shape.vocab_size, errors=errors,
-              table=_table(mk, gemv))
+              gemv=gemv)
     assert not errors, "\n".join(errors)
 
 
@@ -116,7 +143,8 @@ def test_fp8_real_shape_layers(gemv, layout, name):
     s = synthetic.make_shape(arch, 2, H, nh, nkv, D, I, V, tied, MAX_CTX + 64)
     w, caches, mk = _model(("real", name, layout), s, layout, seed=7)
     errors: list[str] = []
-    _one_step(w, caches, mk, 300, seed=3, token=4242, errors=errors, check_end_to_end=False, table=_table(mk, gemv))
+    _one_step(w, caches, mk, 300, seed=3, token=4242, errors=errors, check_end_to_end=False, gemv=gemv,
+              replay=False)
     assert not errors, "\n".join(errors)
 
 
@@ -132,34 +160,54 @@ def test_fp8_multi_token_equals_single_steps(gemv, layout):
     assert not errors, "\n".join(errors)
 
 
-def test_fp8_half_input_out_of_range_aborts():
-    """An f16-form launch whose layer-0 QKV input holds a value beyond the form's range (input_norm weights set to
-    1e5: |x| up to ~1e5 sqrt(H), past kFp8HalfMaxInput) reports no token and the site's diagnostic; the CUDA-core
-    form of the same launch completes (its input is bf16); after reset_counters and with the weights restored, the
-    f16-form launch matches the reference."""
+def _push_out_of_range(w, caches, where):
+    """Makes one layer-0 projection input of the small Llama model exceed the f16 form's range; returns its undo.
+    qkv: input_norm weights 1e5 (|x| up to ~1e5 sqrt(H)); o_proj: every V row of layer 0's cache 6e4 (the attention
+    output is a convex mix of the context's V rows, 16 of 17 of them 6e4); down: the up rows' block scales x 1e4 (act
+    = silu(gate) up)."""
+    if where == "qkv":
+        t, saved = w.layers[0].input_norm, w.layers[0].input_norm.clone()
+        t.fill_(1e5)
+    elif where == "o_proj":
+        d = w.shape.head_dim
+        t = caches[0][..., d:]  # V of every (block, KV head, position) row: [K | V] rows of 2 D
+        saved = t.clone()
+        t.fill_(6e4)
+    else:
+        s = w.layers[0].gate_up_scale  # block scales [ceil(2 I / 128), ceil(H / 128)]: rows [I / 128, ...) are up's
+        t = s[w.shape.intermediate_size // 128 :]
+        saved = t.clone()
+        t.mul_(1e4)
+    return lambda: t.copy_(saved)
+
+
+@pytest.mark.parametrize("where", ["qkv", "o_proj", "down"])
+def test_fp8_half_input_out_of_range_aborts(where):
+    """An f16-form launch whose layer-0 input of one projection (the RMSNorm fill of QKV, the tagged fill of O, the
+    copy fill of down) holds a value beyond the form's range reports no token and the site's diagnostic naming that
+    projection; the CUDA-core form of the same launch completes (its input is bf16); after reset_counters and with
+    the inputs restored, the f16-form launch matches the reference."""
     w, caches, mk = _small("llama", 64, 4, True, "block")
-    norm = w.layers[0].input_norm
-    saved = norm.clone()
     table = _table(mk, "half")
     pos, slot, bt = _prepare(w, caches, 17, 5)
     args = (torch.tensor([77], device=DEV), torch.tensor([pos], device=DEV), bt, torch.tensor([slot], device=DEV))
+    undo = _push_out_of_range(w, caches, where)
     try:
-        norm.fill_(1e5)
         num_out = torch.full((1,), -1, dtype=torch.int32, device=DEV)
         mk.step(*args, model_table=table, num_out=num_out)
         torch.cuda.synchronize()
         diag = mk.diagnostics()
         assert int(num_out.item()) == 0 and mk.status_word() == SITE_FP8_RANGE, (int(num_out.item()), diag)
-        assert diag is not None and "layer 0 qkv" in diag and "f16 form's range" in diag, diag
+        assert diag is not None and f"layer 0 {where} " in diag and "f16 form's range" in diag, diag
         mk.reset_counters()
         mk.step(*args, model_table=_table(mk, "cuda_cores"), num_out=num_out)
         torch.cuda.synchronize()
         assert int(num_out.item()) == 1 and mk.status_word() == 0 and mk.diagnostics() is None
     finally:
-        norm.copy_(saved)
+        undo()
         mk.reset_counters()
     errors: list[str] = []
-    _one_step(w, caches, mk, 17, seed=5, token=77, errors=errors, table=table)
+    _one_step(w, caches, mk, 17, seed=5, token=77, errors=errors, gemv="half")
     assert not errors, "\n".join(errors)
 
 
