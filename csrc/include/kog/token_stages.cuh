@@ -84,24 +84,28 @@ __device__ __forceinline__ void plan_attention_split(const Consumers<D, HP, kSam
   consumer_sync();
 }
 
-// Between two tokens of the launch: token t as the finisher published it, read back by every block after the
-// token-ready wait; true when the launch stops after it (a stop id, or the host cancelled the launch). Either way
-// the loader learns it through tok_stop / tok_go.
+// Between two tokens of the launch: token t as the finisher published it, read back after the token-ready wait;
+// true when the launch stops after it (a stop id, the host cancelled the launch, or a wait of this launch gave up:
+// nothing after an abort is kept, so no further token is computed). Thread 0 decides for the block and every
+// consumer thread reads its decision after a barrier: after an abort the token-ready wait may have given up before
+// tokens_out[t] was written, and threads reading it themselves could leave the token loop apart (a barrier
+// mismatch). The loader learns it through tok_stop / tok_go.
 template <int D, int HP, bool kSampled, bool kTP, bool kFp8, bool kMoe>
 __device__ __forceinline__ bool token_stops(const Consumers<D, HP, kSampled, kTP, kFp8, kMoe>& c, const TokenStep& tk) {
   const StepArgs& step = c.step;
   const int t = tk.t;
   consumer_wait(c.ctrs, kCtrTokenReady, tk.next);
-  if (c.tid == 0) c.tr.mark(t, c.L, kEvTokenSeen);
-  const int64_t tok = static_cast<int64_t>(ld_cg_u64(step.tokens_out + t));
-  bool stop = tok < 0;  // cancelled (the run-ahead launch was abandoned by the host)
-  for (int i = 0; i < step.num_stop; ++i) stop |= __ldg(step.stop_ids + i) == tok;
   if (c.tid == 0) {
+    c.tr.mark(t, c.L, kEvTokenSeen);
+    const int64_t tok = static_cast<int64_t>(ld_cg_u64(step.tokens_out + t));
+    bool stop = tok < 0 || aborted(c.ctrs);  // tok < 0: cancelled (the run-ahead launch was abandoned by the host)
+    for (int i = 0; i < step.num_stop; ++i) stop |= __ldg(step.stop_ids + i) == tok;
     c.hdr.tok_stop = stop ? 1 : 0;
     __threadfence_block();
     c.hdr.tok_go = t + 1;
   }
-  return stop;
+  consumer_sync();
+  return c.hdr.tok_stop != 0;
 }
 
 // The end of the launch, after its ntok tokens: the last block to finish advances the epoch and resets what
