@@ -47,8 +47,8 @@ constexpr long long kWaitTimeoutCycles = 1ll << 31;
 // stream holds SMs). Every block starts within a few us of the launch when the grid is resident.
 constexpr unsigned long long kResidencyTimeoutNs = 1000000ull;
 // An mbarrier wait reads the abort word at most this often (cycles, ~8 us at 1.98 GHz): by time, not by polls,
-// because one mbarrier.try_wait may suspend the thread for a system-dependent limit, so that 1,024 polls took about
-// as long as kWaitTimeoutCycles inside an aborted launch (a 32-token burst aborted inside vllm serve ran 36.9 s).
+// because one mbarrier.try_wait may suspend the thread for a system-dependent limit: counting 1,024 polls is the
+// likely reason a 32-token burst aborted inside vllm serve ran 36.9 s, about kWaitTimeoutCycles per token.
 constexpr long long kAbortPollCycles = 1ll << 14;
 
 __host__ __device__ constexpr int layer_counter_count(int num_kv_heads) { return 5 + num_kv_heads; }
