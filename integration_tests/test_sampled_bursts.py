@@ -21,6 +21,7 @@ pytestmark = pytest.mark.vllm_gpu
 SHAPE = os.environ.get("KOG_TEST_SHAPE", "llama-3.2-1b")
 SCHEDULER = "kog_backend.engine.scheduler.KogScheduler"
 K = 32
+ASYNC = os.environ.get("KOG_TEST_ASYNC", "1") == "1"  # the K-token engine under async scheduling (vLLM's default)
 
 SETTINGS = {
     "llama-generation-config": dict(temperature=0.6, top_p=0.9),
@@ -44,10 +45,12 @@ def engines(checkpoint):
     from vllm import LLM
 
     path = checkpoint(SHAPE)
-    kw = dict(async_scheduling=False, gpu_memory_utilization=0.2)
-    one = LLM(model=path, **kog_kwargs({"tokens_per_step": 1, "step_impl": "monokernel"}, **kw))
+    kw = dict(gpu_memory_utilization=0.2)
+    one = LLM(model=path, **kog_kwargs({"tokens_per_step": 1, "step_impl": "monokernel"}, async_scheduling=False, **kw))
+    # The bursts under vLLM's default async scheduling (KogScheduler keeps a lone request's burst the only step in
+    # flight); KOG_TEST_ASYNC=0 runs them synchronously.
     burst = LLM(model=path, **kog_kwargs({"tokens_per_step": K, "step_impl": "monokernel"}, scheduler_cls=SCHEDULER,
-                                          **kw))  # fmt: skip
+                                          async_scheduling=ASYNC, **kw))  # fmt: skip
     return one, burst
 
 

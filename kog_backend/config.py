@@ -29,9 +29,9 @@ class KogConfig:
     # extension missing, unsupported GPU or shape -- kog turns off with the reason and vLLM serves stock), or
     # "torch" (the reference step: exact up to bf16 rounding and slower than stock; for validation).
     step_impl: str = "auto"
-    # Tokens generated per engine step on the kog path (K). K > 1 needs KogScheduler and synchronous scheduling
-    # (`--backend kog` sets both); where they are missing, the default runs 1 token per step (logged at info level)
-    # and an explicit K > 1 is a warning. 32, from `kog bench` on the H200 (docs/tuning.md, Llama-3.2-1B shape):
+    # Tokens generated per engine step on the kog path (K). K > 1 needs KogScheduler (`--backend kog` sets it; async
+    # scheduling on or off); where it is missing, the default runs 1 token per step (logged at info level) and an
+    # explicit K > 1 is a warning. 32, from `kog bench` on the H200 (docs/tuning.md, Llama-3.2-1B shape):
     # K = 16 / 32 / 64 / 128 gave 1,076 / 1,119 / 1,147 / 1,161 tok/s; 32 keeps 96% of K = 128's speed while a
     # streaming client's bursts, and a second request's wait, stay near 30 ms.
     tokens_per_step: int = DEFAULT_TOKENS_PER_STEP

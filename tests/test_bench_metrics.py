@@ -190,9 +190,9 @@ def test_engine_kwargs_differ_only_in_the_kog_selection():
     assert "worker_cls" not in stock and stock["additional_config"] == {"other": 1}
     assert kog["worker_cls"] == WORKER_CLS
     assert kog["additional_config"] == {"other": 1, CONFIG_KEY: {"step_impl": "torch", "tokens_per_step": 8}}
-    # K > 1 also needs kog's scheduler and synchronous scheduling (what --backend kog sets).
-    assert kog["scheduler_cls"] == SCHEDULER_CLS and kog["async_scheduling"] is False
-    kog_selection = ("worker_cls", "additional_config", "scheduler_cls", "async_scheduling")
+    # K > 1 also needs kog's scheduler (what --backend kog sets); async scheduling stays vLLM's default.
+    assert kog["scheduler_cls"] == SCHEDULER_CLS and "async_scheduling" not in kog
+    kog_selection = ("worker_cls", "additional_config", "scheduler_cls")
     same = {k: v for k, v in kog.items() if k not in kog_selection}
     assert same == {k: v for k, v in stock.items() if k != "additional_config"}
     assert stock["enable_prefix_caching"] is False and stock["tensor_parallel_size"] == 1

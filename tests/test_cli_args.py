@@ -125,28 +125,31 @@ def test_backend_kog_with_dotted_additional_config(kog):
 def test_backend_kog_multi_token_selects_the_scheduler(kog):
     ns = kog.parse_args(["m", "--backend", "kog", "--kog-options", '{"tokens_per_step": 8}'])
     args = engine_args(ns)
-    assert args.scheduler_cls == SCHEDULER_CLS and args.async_scheduling is False
+    assert args.scheduler_cls == SCHEDULER_CLS and args.async_scheduling is None  # vLLM's default: async on
     default = engine_args(kog.parse_args(["m", "--backend", "kog"]))  # the default K (32) needs it too
-    assert default.scheduler_cls == SCHEDULER_CLS and default.async_scheduling is False
+    assert default.scheduler_cls == SCHEDULER_CLS and default.async_scheduling is None
     one = engine_args(kog.parse_args(["m", "--backend", "kog", "--kog-options", '{"tokens_per_step": 1}']))
     assert one.scheduler_cls != SCHEDULER_CLS
 
 
-def test_backend_kog_default_k_yields_to_the_users_scheduling(kog):
-    # Not asked for K > 1: the user's scheduler or async scheduling stays, and the worker runs 1 token per step.
+def test_backend_kog_default_k_yields_to_the_users_scheduler(kog):
+    # Not asked for K > 1: the user's scheduler stays, and the worker runs 1 token per step.
     ns = kog.parse_args(["m", "--backend", "kog", "--scheduler-cls", "my.Sched"])
     assert engine_args(ns).scheduler_cls == "my.Sched"
-    ns = kog.parse_args(["m", "--backend", "kog", "--async-scheduling"])
-    assert engine_args(ns).async_scheduling is True
 
 
-def test_backend_kog_multi_token_refuses_another_scheduler_or_async(kog, capsys):
+@pytest.mark.parametrize("flag,want", [("--async-scheduling", True), ("--no-async-scheduling", False)])
+def test_backend_kog_keeps_the_users_async_scheduling(kog, flag, want):
+    # KogScheduler is vLLM's async scheduler: either setting runs K-token steps.
+    for opts in ("{}", '{"tokens_per_step": 8}'):
+        args = engine_args(kog.parse_args(["m", "--backend", "kog", "--kog-options", opts, flag]))
+        assert args.scheduler_cls == SCHEDULER_CLS and args.async_scheduling is want
+
+
+def test_backend_kog_multi_token_refuses_another_scheduler(kog, capsys):
     err = parse_error(kog, ["m", "--backend", "kog", "--kog-options", '{"tokens_per_step": 8}',
                             "--scheduler-cls", "my.Sched"], capsys)
     assert "my.Sched" in err and SCHEDULER_CLS in err
-    err = parse_error(kog, ["m", "--backend", "kog", "--kog-options", '{"tokens_per_step": 8}',
-                            "--async-scheduling"], capsys)
-    assert "synchronous scheduling" in err
 
 
 def test_backend_kog_forces_enabled(kog):

@@ -107,9 +107,9 @@ def _vllm_config(kog, scheduler_cls, async_scheduling):
         ({"tokens_per_step": 8}, "kog", False, 8, None),
         ({"tokens_per_step": 1}, "stock", True, 1, None),
         ({}, "stock", False, 1, "INFO"),  # the default without kog's scheduler: quietly 1
-        ({}, "kog", True, 1, "INFO"),
+        ({}, "kog", True, 32, None),  # async scheduling too (KogScheduler is vLLM's async scheduler)
         ({"tokens_per_step": 8}, "stock", False, 1, "WARNING"),  # asked for K > 1 and cannot have it: warn
-        ({"tokens_per_step": 8}, "kog", True, 1, "WARNING"),
+        ({"tokens_per_step": 8}, "kog", True, 8, None),
     ],
 )
 def test_effective_tokens_per_step(kog, sched, async_, want, level, monkeypatch):

@@ -30,10 +30,10 @@ def make_scheduler(checkpoint, monkeypatch):
 
     from kog_backend.engine.scheduler import KogScheduler
 
-    def make(tokens_per_step=K, num_blocks=64, run_ahead=False, step_impl="auto"):
+    def make(tokens_per_step=K, num_blocks=64, run_ahead=False, step_impl="auto", async_scheduling=False):
         mc = ModelConfig(model=checkpoint, max_model_len=512, dtype="bfloat16", skip_tokenizer_init=True)
         sc = SchedulerConfig.default_factory(
-            max_model_len=512, max_num_seqs=8, max_num_batched_tokens=2048, async_scheduling=False,
+            max_model_len=512, max_num_seqs=8, max_num_batched_tokens=2048, async_scheduling=async_scheduling,
             scheduler_cls="kog_backend.engine.scheduler.KogScheduler",
         )
         vc = VllmConfig(
@@ -64,14 +64,17 @@ def _request(req_id, prompt_len, **sp_kwargs):
                    block_hasher=get_request_block_hasher(BLOCK, sha256))
 
 
-def _step(sched, tokens_by_req):
+def _output(so, tokens_by_req):
     from vllm.v1.outputs import ModelRunnerOutput
 
-    so = sched.schedule()
     ids = list(so.num_scheduled_tokens)
-    out = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-                            sampled_token_ids=[list(tokens_by_req.get(r, [])) for r in ids])
-    sched.update_from_output(so, out)
+    return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                             sampled_token_ids=[list(tokens_by_req.get(r, [])) for r in ids])
+
+
+def _step(sched, tokens_by_req):
+    so = sched.schedule()
+    sched.update_from_output(so, _output(so, tokens_by_req))
     return so
 
 
@@ -175,3 +178,65 @@ def test_a_partial_prefill_chunk_is_not_retaken(make_scheduler):
     s.add_request(r)
     so = _step(s, {"a": []})
     assert so.num_scheduled_tokens == {"a": 16} and r.num_computed_tokens == 16
+
+
+# Async scheduling (vLLM's engine with its batch queue of two steps): the engine schedules the next step before it
+# takes the current one's output, and takes the oldest output once two are queued.
+
+
+def test_async_lone_request_waits_for_its_burst(make_scheduler):
+    s = make_scheduler(async_scheduling=True)
+    r = _request("a", 31, max_tokens=100, ignore_eos=True)
+    s.add_request(r)
+    _step(s, {"a": [7]})  # prefill
+    burst = s.schedule()  # decode at position 31: may be a burst
+    assert burst.num_scheduled_tokens == {"a": 1} and s.kog_burst_in_flight is burst
+    empty = s.schedule()  # scheduled while the burst is in flight: nothing (vLLM's engine then takes the burst)
+    assert empty.total_num_scheduled_tokens == 0 and not empty.num_scheduled_tokens
+    s.update_from_output(burst, _output(burst, {"a": [8, 9, 10, 11]}))
+    s.update_from_output(empty, _output(empty, {}))
+    assert s.kog_burst_in_flight is None
+    assert r.num_computed_tokens == 31 + K and r.num_output_placeholders == 0
+    assert list(r.output_token_ids) == [7, 8, 9, 10, 11]
+    nxt = s.schedule()  # from the burst's last token, at position 31 + K
+    assert nxt.num_scheduled_tokens == {"a": 1} and r.num_computed_tokens == 31 + K + 1
+
+
+def test_async_batches_are_scheduled_ahead(make_scheduler):
+    s = make_scheduler(async_scheduling=True)
+    a, b = _request("a", 31, max_tokens=50, ignore_eos=True), _request("b", 31, max_tokens=50, ignore_eos=True)
+    s.add_request(a)
+    s.add_request(b)
+    _step(s, {"a": [7], "b": [7]})
+    first = s.schedule()
+    second = s.schedule()  # a batch in flight does not hold the next one back
+    assert first.num_scheduled_tokens == second.num_scheduled_tokens == {"a": 1, "b": 1}
+    assert s.kog_burst_in_flight is None and a.num_output_placeholders == 2
+    s.update_from_output(first, _output(first, {"a": [8], "b": [8]}))
+    s.update_from_output(second, _output(second, {"a": [9], "b": [9]}))
+    assert a.num_computed_tokens == 33 and a.num_output_placeholders == 0 and list(a.output_token_ids) == [7, 8, 9]
+
+
+def test_async_aborted_burst_is_retaken(make_scheduler):
+    s = make_scheduler(async_scheduling=True)
+    r = _request("a", 31, max_tokens=100, ignore_eos=True)
+    s.add_request(r)
+    _step(s, {"a": [7]})
+    so = s.schedule()
+    s.update_from_output(so, _output(so, {"a": []}))  # the aborted launch: no token
+    assert r.num_computed_tokens == 31 and r.num_output_placeholders == 0 and list(r.output_token_ids) == [7]
+    so = s.schedule()  # position 31 again
+    assert so.num_scheduled_tokens == {"a": 1} and r.num_computed_tokens == 32
+
+
+def test_async_engine_that_never_takes_the_burst_fails_visibly(make_scheduler):
+    from kog_backend.engine.scheduler import MAX_EMPTY_BEHIND
+
+    s = make_scheduler(async_scheduling=True)
+    s.add_request(_request("a", 31, max_tokens=100, ignore_eos=True))
+    _step(s, {"a": [7]})
+    s.schedule()
+    for _ in range(MAX_EMPTY_BEHIND):
+        assert s.schedule().total_num_scheduled_tokens == 0
+    with pytest.raises(RuntimeError, match="in flight"):
+        s.schedule()

@@ -24,7 +24,7 @@ def _config(arch="LlamaForCausalLM", tp=1, kog=None, quantization=None, dtype=to
     return SimpleNamespace(
         additional_config={"kog": {"enabled": True, **(kog or {})}}, parallel_config=pc, model_config=mc,
         lora_config=None, speculative_config=None, cache_config=SimpleNamespace(cache_dtype="auto"),
-        scheduler_config=SimpleNamespace(scheduler_cls=SCHEDULER_CLS, async_scheduling=False),
+        scheduler_config=SimpleNamespace(scheduler_cls=SCHEDULER_CLS, async_scheduling=True),
     )  # fmt: skip
 
 
@@ -66,30 +66,32 @@ def test_extension_missing_is_a_start_reason(monkeypatch):
     assert scheduling.start_reason(_config(kog={"step_impl": "torch"})) is None
 
 
-@pytest.mark.parametrize("user_async, supports, want", [(None, True, True), (None, False, False), (False, True, False)])
-def test_stock_scheduling_put_back_when_kog_will_not_run(user_async, supports, want):
-    scheduling.record_forced(None, user_async)
+@pytest.mark.parametrize("user_scheduler", [None, "my.Sched"])
+def test_stock_scheduler_put_back_when_kog_will_not_run(user_scheduler):
+    scheduling.record_forced(user_scheduler)
     cfg = _config(arch="GPT2LMHeadModel")
-    assert scheduling.restore_stock_scheduling(cfg, supports_async=supports) is not None
-    assert cfg.scheduler_config.scheduler_cls is None and cfg.scheduler_config.async_scheduling is want
+    assert scheduling.restore_stock_scheduling(cfg) is not None
+    assert cfg.scheduler_config.scheduler_cls == user_scheduler
+    assert cfg.scheduler_config.async_scheduling is True  # never kog's to change
 
 
-def test_kog_scheduling_kept_when_kog_runs():
-    scheduling.record_forced(None, None)
+def test_kog_scheduler_kept_when_kog_runs():
+    scheduling.record_forced(None)
     cfg = _config()
-    assert scheduling.restore_stock_scheduling(cfg, supports_async=True) is None
-    assert (cfg.scheduler_config.scheduler_cls, cfg.scheduler_config.async_scheduling) == (SCHEDULER_CLS, False)
+    assert scheduling.restore_stock_scheduling(cfg) is None
+    assert (cfg.scheduler_config.scheduler_cls, cfg.scheduler_config.async_scheduling) == (SCHEDULER_CLS, True)
 
 
-def test_nothing_put_back_unless_kog_chose_the_scheduling():
+def test_nothing_put_back_unless_kog_chose_the_scheduler():
     cfg = _config(arch="GPT2LMHeadModel")  # e.g. way 2: the user passed --scheduler-cls by hand
-    assert scheduling.restore_stock_scheduling(cfg, supports_async=True) is None
-    assert (cfg.scheduler_config.scheduler_cls, cfg.scheduler_config.async_scheduling) == (SCHEDULER_CLS, False)
+    assert scheduling.restore_stock_scheduling(cfg) is None
+    assert cfg.scheduler_config.scheduler_cls == SCHEDULER_CLS
 
 
-def test_backend_kog_records_the_users_scheduling():
+@pytest.mark.parametrize("user_async", [None, True, False])
+def test_backend_kog_records_the_users_scheduler(user_async):
     ns = argparse.Namespace(backend="kog", worker_cls="auto", additional_config={}, scheduler_cls=None,
-                            async_scheduling=None)  # fmt: skip
+                            async_scheduling=user_async)  # fmt: skip
     cli_args.apply_backend_selection(ns)
-    assert (ns.scheduler_cls, ns.async_scheduling) == (SCHEDULER_CLS, False)
-    assert scheduling._forced == {"scheduler_cls": None, "async_scheduling": None}
+    assert (ns.scheduler_cls, ns.async_scheduling) == (SCHEDULER_CLS, user_async)
+    assert scheduling._forced == {"scheduler_cls": None}

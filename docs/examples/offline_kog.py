@@ -16,7 +16,6 @@ llm = LLM(
     worker_cls="kog_backend.engine.worker.KogWorker",
     additional_config={"kog": {"tokens_per_step": k}},
     scheduler_cls="kog_backend.engine.scheduler.KogScheduler",  # needed for tokens_per_step > 1
-    async_scheduling=False,
     max_model_len=2048,
 )
 out = llm.generate(["The capital of France is"], SamplingParams(max_tokens=64, temperature=0.0))

@@ -160,26 +160,23 @@ def apply_backend_selection(namespace: argparse.Namespace) -> None:
 
 
 def _select_scheduler(namespace: argparse.Namespace) -> None:
-    """tokens_per_step > 1 needs KogScheduler and synchronous scheduling (kog_backend/engine/scheduler.py says why)."""
+    """tokens_per_step > 1 needs KogScheduler (kog_backend/engine/scheduler.py says why); async scheduling stays as
+    the user set it (vLLM's default: on)."""
     kog = (getattr(namespace, "additional_config", None) or {}).get(CONFIG_KEY) or {}
     if KogConfig.from_dict(kog).tokens_per_step == 1:
         return
     scheduler = getattr(namespace, "scheduler_cls", None)
-    own_choice = scheduler not in (None, SCHEDULER_CLS) or getattr(namespace, "async_scheduling", None)
-    if own_choice and "tokens_per_step" not in kog:
-        return  # the user's scheduling wins over kog's default K; the worker then runs 1 token per step
     if scheduler not in (None, SCHEDULER_CLS):
+        if "tokens_per_step" not in kog:
+            return  # the user's scheduler wins over kog's default K; the worker then runs 1 token per step
         raise KogSelectionError(
             f"tokens_per_step > 1 needs the scheduler {SCHEDULER_CLS}, but --scheduler-cls {scheduler} was given"
         )
-    if getattr(namespace, "async_scheduling", None):
-        raise KogSelectionError("tokens_per_step > 1 needs synchronous scheduling; drop --async-scheduling")
     from kog_backend.engine import scheduling  # (imports neither torch nor vLLM)
 
     # Put back by KogCudaPlatform.check_and_update_config if kog will not run on this server (scheduling.py).
-    scheduling.record_forced(scheduler, getattr(namespace, "async_scheduling", None))
+    scheduling.record_forced(scheduler)
     namespace.scheduler_cls = SCHEDULER_CLS
-    namespace.async_scheduling = False
 
 
 def _merge_kog(namespace: argparse.Namespace, options: dict[str, Any] | None, enabled: bool | None) -> None:

@@ -175,7 +175,10 @@ class KogModelRunner(GPUModelRunnerV2):
         is_profile: bool = False,
     ) -> Any:
         if dummy_run or scheduler_output.total_num_scheduled_tokens == 0:
-            self._kog_abandon_run_ahead()
+            # An empty step (KogScheduler's while a burst is in flight, or nothing to run) leaves a planned run-ahead
+            # burst standing; a dummy run (profiling, CUDA graph capture) is not a step of any request.
+            if dummy_run:
+                self._kog_abandon_run_ahead()
             return super().execute_model(
                 scheduler_output, intermediate_tensors, dummy_run, skip_attn_for_dummy_run, is_profile
             )

@@ -1,22 +1,28 @@
-"""KogScheduler: vLLM's scheduler, able to take several tokens from one single-request decode step.
+"""KogScheduler: vLLM's async scheduler, able to take several tokens from one single-request decode step.
 
 With tokens_per_step K > 1, a kog decode step generates up to K tokens for one scheduled token: the first is
-sampled at the scheduled position p, each next one at p+1, p+2, ... with its K/V written by the kog path. Two
-things change against vLLM's Scheduler, both in this subclass (selected with `--scheduler-cls`, which
+sampled at the scheduled position p, each next one at p+1, p+2, ... with its K/V written by the kog path. Three
+things change against vLLM's AsyncScheduler, all in this subclass (selected with `--scheduler-cls`, which
 `--backend kog` sets when K > 1):
 
   1. KV slots. While exactly one request is running, every allocation reserves K-1 look-ahead slots (the
      mechanism speculative decoding uses), so positions p .. p+K-1 have slots before the step starts. With
      more than one request nothing is reserved: batched steps cost what stock costs.
   2. Accounting. A step that returns n > 1 tokens for one scheduled token has computed n positions
-     (p .. p+n-1), so num_computed_tokens advances by n-1 more than the scheduler assumed; tokens are then
+     (p .. p+n-1), so num_computed_tokens advances by n-1 more than the scheduler assumed, and so do the
+     request's output placeholders (async scheduling counts one per scheduled decode token); tokens are then
      appended one by one with vLLM's own stop checks (EOS, stop ids, max_tokens, max_model_len), which trim
      the burst exactly where one-token-per-step decoding would have stopped. Stop strings stay with the
      detokenizer, which truncates the text the same way. A decode step that returns no token (an aborted
      monokernel launch, discarded by the runner) has computed nothing: the position is retaken.
+  3. What is in flight. Async scheduling schedules step n+1 before step n's tokens are known, assuming one token
+     per step. A step that may be a burst (one request decoding one token: the kog path's step) is therefore
+     the only step in flight: while it is, `schedule` returns an empty step (vLLM's engine then waits for the
+     burst's output) and the next step is scheduled from the burst's tokens. Batched steps are scheduled ahead as
+     vLLM does, so batched traffic keeps async scheduling's overlap of host and GPU work.
 
-Async scheduling schedules step n+1 before step n's tokens are known, which a variable number of tokens per
-step would break: K > 1 runs with async scheduling off (the engine's per-step cost is amortised over K instead).
+Under synchronous scheduling (--no-async-scheduling) nothing is ever in flight when `schedule` runs and the
+placeholders return to zero within each step, so the same class serves both.
 """
 
 from __future__ import annotations
@@ -24,14 +30,30 @@ from __future__ import annotations
 from typing import Any
 
 from vllm.logger import init_logger
-from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.interface import PauseState
 
 from kog_backend.config import KogConfig
 
 logger = init_logger("kog_backend.engine.scheduler")
 
+# Empty steps scheduled behind a possible burst before the scheduler gives up waiting for its output (item 3):
+# vLLM's batch queue holds two steps, so its engine takes the burst's output right after the first.
+MAX_EMPTY_BEHIND = 4
 
-class KogScheduler(Scheduler):
+
+def may_be_burst(scheduler_output: Any) -> bool:
+    """Whether a scheduled step may return more than one token: one request, one token, not its first step (the
+    gate's first cut of a kog step, path/gate/step.py; the runner may still run it stock)."""
+    return (
+        len(scheduler_output.num_scheduled_tokens) == 1
+        and scheduler_output.total_num_scheduled_tokens == 1
+        and not scheduler_output.scheduled_new_reqs
+        and not scheduler_output.scheduled_spec_decode_tokens
+    )
+
+
+class KogScheduler(AsyncScheduler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         cfg = KogConfig.from_vllm_config(self.vllm_config)
@@ -45,26 +67,58 @@ class KogScheduler(Scheduler):
             logger.warning("kog: speculative decoding is configured; multi-token kog steps are off")
             self.kog_lookahead = 0
         self._stock_lookahead = self.num_lookahead_tokens
+        # The scheduled step that may be a burst and whose output has not come back (item 3), or None, and how many
+        # empty steps were scheduled behind it (vLLM's engine takes its output after one).
+        self.kog_burst_in_flight: Any = None
+        self._empty_behind = 0
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        if self.kog_burst_in_flight is not None:
+            self._empty_behind += 1
+            if self._empty_behind <= MAX_EMPTY_BEHIND:
+                return self._schedule_nothing(*args, **kwargs)
+            # vLLM 0.26's engine takes the oldest step's output once its batch queue (two steps without pipeline
+            # parallelism, which the gate refuses) is full, so this is an engine that schedules differently. A step
+            # scheduled past a burst in flight would start from the wrong token, and waiting would hang the server:
+            # fail visibly instead.
+            raise RuntimeError(
+                f"kog: vLLM's engine asked for {self._empty_behind} steps while a kog step was in flight (a batch "
+                "queue deeper than vLLM 0.26's); run this server with --no-async-scheduling"
+            )
         single = len(self.running) + len(self.waiting) == 1
         self.num_lookahead_tokens = self.kog_lookahead if single else self._stock_lookahead
-        return super().schedule(*args, **kwargs)
+        out = super().schedule(*args, **kwargs)
+        if self.kog_lookahead and may_be_burst(out):
+            self.kog_burst_in_flight, self._empty_behind = out, 0
+        return out
+
+    def _schedule_nothing(self, *args: Any, **kwargs: Any) -> Any:
+        """vLLM's own empty step (the scheduler's paused state schedules no token), finished requests included."""
+        state, self._pause_state = self._pause_state, PauseState.PAUSED_ALL
+        try:
+            return super().schedule(*args, **kwargs)
+        finally:
+            self._pause_state = state
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
+        if scheduler_output is self.kog_burst_in_flight:
+            self.kog_burst_in_flight = None
         sampled = model_runner_output.sampled_token_ids
         if sampled and not scheduler_output.scheduled_spec_decode_tokens:
             for req_id, idx in model_runner_output.req_id_to_index.items():
-                extra = len(sampled[idx]) - scheduler_output.num_scheduled_tokens.get(req_id, 0)
+                scheduled = scheduler_output.num_scheduled_tokens.get(req_id, 0)
+                extra = len(sampled[idx]) - scheduled
                 request = self.requests.get(req_id)
                 if request is None or request.is_finished():
                     continue
                 if extra > 0:
                     request.num_computed_tokens += extra
+                    request.num_output_placeholders += extra  # AsyncScheduler takes one off per token appended
                 elif not sampled[idx] and request.num_computed_tokens >= request.num_tokens:
                     # A step that was due a token returned none: the kog runner discarded an aborted monokernel
                     # launch (launch_outcome.LaunchOutcome.aborted). The position is retaken by the next step
                     # (stock), as a rejected speculative token is; a partial prefill chunk (computed < num_tokens)
                     # is not this.
-                    request.num_computed_tokens -= scheduler_output.num_scheduled_tokens.get(req_id, 0)
+                    request.num_computed_tokens -= scheduled
+                    request.num_output_placeholders = max(0, request.num_output_placeholders - scheduled)
         return super().update_from_output(scheduler_output, model_runner_output)

@@ -15,8 +15,8 @@ logger = init_logger("kog_backend.engine.tokens_per_step")
 
 
 def effective_tokens_per_step(kog_config: KogConfig, vllm_config: Any) -> int:
-    """The option tokens_per_step where kog's scheduler runs synchronously (gate.scheduling_reason), else 1: warned
-    when the user asked for K > 1, logged at INFO for the default K."""
+    """The option tokens_per_step where kog's scheduler runs (gate.scheduling_reason), else 1: warned when the user
+    asked for K > 1, logged at INFO for the default K."""
     k = kog_config.tokens_per_step
     if k == 1:
         return 1
@@ -27,7 +27,7 @@ def effective_tokens_per_step(kog_config: KogConfig, vllm_config: Any) -> int:
         cls = sc.get_scheduler_cls()
     except Exception:  # an unimportable scheduler is vLLM's error to report
         cls = None
-    problem = gate.scheduling_reason(isinstance(cls, type) and issubclass(cls, KogScheduler), sc.async_scheduling)
+    problem = gate.scheduling_reason(isinstance(cls, type) and issubclass(cls, KogScheduler))
     if problem is not None:
         if "tokens_per_step" in KogConfig.given_keys(vllm_config):
             logger.warning("kog: tokens_per_step=%d needs its scheduler; running 1 token per step: %s", k, problem)

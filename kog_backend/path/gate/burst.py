@@ -23,12 +23,11 @@ BURST_REASONS = {
     "kv_slots": "no KV slots past this token (another request is waiting)",  # (fit_to_slots)
 }
 
-# Why the server runs one token per engine step at all (tokens_per_step > 1 needs kog's scheduler, synchronous):
-# logged once at start, not counted per step.
+# Why the server runs one token per engine step at all (tokens_per_step > 1 needs kog's scheduler): logged once at
+# start, not counted per step.
 SCHEDULING_REASONS = {
     "scheduler": "the scheduler is not kog_backend.engine.scheduler.KogScheduler (pass --scheduler-cls or use "
                  "--backend kog)",
-    "async_scheduling": "async scheduling is on",
 }
 
 REASONS = {
@@ -90,10 +89,8 @@ def burst_reason(single_token: str | None, sampling: Any, sampled_bursts: bool, 
     return None
 
 
-def scheduling_reason(uses_kog_scheduler: bool, async_scheduling: bool) -> str | None:
+def scheduling_reason(uses_kog_scheduler: bool) -> str | None:
     """Why tokens_per_step > 1 cannot run on this server (it then runs 1 token per engine step), or None."""
     if not uses_kog_scheduler:
         return SCHEDULING_REASONS["scheduler"]
-    if async_scheduling:
-        return SCHEDULING_REASONS["async_scheduling"]
     return None
