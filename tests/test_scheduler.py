@@ -240,3 +240,113 @@ def test_async_engine_that_never_takes_the_burst_fails_visibly(make_scheduler):
         assert s.schedule().total_num_scheduled_tokens == 0
     with pytest.raises(RuntimeError, match="in flight"):
         s.schedule()
+
+
+class _FakeRunner:
+    """The worker side of vLLM's engine loop for KogScheduler: each scheduled token is computed at the position the
+    scheduler says (asserted to be the request's next position, as the V2 runner's own state has it), a lone
+    request's decode step returns a burst of up to K tokens (the kog path), every other step one token per
+    request whose prompt is complete. The token computed at position p is token(req, p) = 1000 + 10 * index + p."""
+
+    def __init__(self, k):
+        self.k = k
+        self.next_pos: dict[str, int] = {}
+        self.prompt: dict[str, int] = {}
+        self.max_tokens: dict[str, int] = {}
+        self.pending = None
+        self.bursts = 0
+
+    @staticmethod
+    def token(req_id, p):
+        return 1000 + 10 * int(req_id[1:]) + p
+
+    def execute_model(self, so, non_block=True):
+        from concurrent.futures import Future
+
+        from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT
+
+        for new in so.scheduled_new_reqs:
+            self.next_pos[new.req_id] = new.num_computed_tokens
+            self.prompt[new.req_id] = len(new.prompt_token_ids)
+            self.max_tokens[new.req_id] = new.sampling_params.max_tokens
+        fut = Future()
+        if so.total_num_scheduled_tokens == 0:
+            fut.set_result(EMPTY_MODEL_RUNNER_OUTPUT)
+            return fut
+        cached = so.scheduled_cached_reqs
+        tokens = {}
+        lone = len(so.num_scheduled_tokens) == 1 and not so.scheduled_new_reqs
+        for rid, n in so.num_scheduled_tokens.items():
+            if rid in cached.req_ids:
+                assert cached.num_computed_tokens[cached.req_ids.index(rid)] == self.next_pos[rid], rid
+            p0 = self.next_pos[rid]
+            end = p0 + n  # positions computed: p0 .. end - 1
+            if end < self.prompt[rid]:
+                out = []  # a prefill chunk before the prompt's last token
+            elif lone and n == 1:  # the kog path: a burst from p0, capped by max_tokens
+                outputs_so_far = p0 - self.prompt[rid] + 1
+                k = max(1, min(self.k, self.max_tokens[rid] - outputs_so_far))
+                out = [self.token(rid, p0 + 1 + j) for j in range(k)]
+                end = p0 + k
+                self.bursts += k > 1
+            else:
+                out = [self.token(rid, end)]
+            self.next_pos[rid] = end
+            tokens[rid] = out
+        self.pending = (so, tokens)
+        fut.set_result(None)
+        return fut
+
+    def sample_tokens(self, grammar_output, non_block=True):
+        from concurrent.futures import Future
+
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        so, tokens = self.pending
+        ids = list(so.num_scheduled_tokens)
+        fut = Future()
+        fut.set_result(ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                                         sampled_token_ids=[tokens[r] for r in ids]))
+        return fut
+
+
+def _engine(sched, runner):
+    """vLLM's EngineCore with only what step_with_batch_queue reads: its real loop, a batch queue of two steps."""
+    import collections
+    import queue
+
+    from vllm.v1.engine.core import EngineCore
+
+    engine = object.__new__(EngineCore)
+    engine.scheduler, engine.model_executor = sched, runner
+    engine.batch_queue_size = 2
+    engine.batch_queue = collections.deque(maxlen=2)
+    engine.is_ec_consumer, engine.is_pooling_model = True, False
+    engine.aborts_queue = queue.Queue()
+    engine.log_stats, engine.check_for_draft_tokens, engine.async_scheduling = False, False, True
+    engine.vllm_config = sched.vllm_config
+    return engine
+
+
+@pytest.mark.parametrize("arrivals", [[0], [0, 0], [0, 3], [0, 3, 4, 20]])
+def test_async_engine_loop_tokens_follow_positions(make_scheduler, arrivals):
+    """vLLM's own step_with_batch_queue driving KogScheduler: lone requests take bursts, requests arriving later
+    batch with them, and every request's tokens are those of consecutive positions (no position skipped, repeated or
+    computed from a token still in flight)."""
+    s = make_scheduler(async_scheduling=True)
+    runner = _FakeRunner(K)
+    engine = _engine(s, runner)
+    reqs = [_request(f"r{i}", 20 + 3 * i, max_tokens=30 + 10 * i, ignore_eos=True) for i in range(len(arrivals))]
+    added, loops = 0, 0
+    while added < len(reqs) or s.has_requests() or engine.batch_queue:
+        while added < len(reqs) and arrivals[added] <= loops:
+            s.add_request(reqs[added])
+            added += 1
+        if s.has_requests() or engine.batch_queue:
+            engine.step_with_batch_queue()
+        loops += 1
+        assert loops < 500, "the engine loop did not finish"
+    for r in reqs:
+        prompt = len(r.prompt_token_ids)
+        assert list(r.output_token_ids) == [runner.token(r.request_id, prompt + j) for j in range(r.max_tokens)]
+    assert runner.bursts > 0
