@@ -199,7 +199,7 @@ def test_engine_kwargs_differ_only_in_the_kog_selection():
     assert engine_kwargs(_spec("kog"))["additional_config"] == {CONFIG_KEY: {}}  # kog's own default K (32) ...
     assert engine_kwargs(_spec("kog"))["scheduler_cls"] == SCHEDULER_CLS  # ... which needs kog's scheduler
     one = engine_kwargs(_spec("kog", kog_options={"tokens_per_step": 1}))
-    assert "scheduler_cls" not in one and "async_scheduling" not in one
+    assert one["scheduler_cls"] == SCHEDULER_CLS and "async_scheduling" not in one
 
 
 def test_sampling_kwargs():

@@ -190,12 +190,12 @@ def test_async_lone_request_waits_for_its_burst(make_scheduler):
     s.add_request(r)
     _step(s, {"a": [7]})  # prefill
     burst = s.schedule()  # decode at position 31: may be a burst
-    assert burst.num_scheduled_tokens == {"a": 1} and s.kog_burst_in_flight is burst
+    assert burst.num_scheduled_tokens == {"a": 1} and s.kog_step_in_flight is burst
     empty = s.schedule()  # scheduled while the burst is in flight: nothing (vLLM's engine then takes the burst)
     assert empty.total_num_scheduled_tokens == 0 and not empty.num_scheduled_tokens
     s.update_from_output(burst, _output(burst, {"a": [8, 9, 10, 11]}))
     s.update_from_output(empty, _output(empty, {}))
-    assert s.kog_burst_in_flight is None
+    assert s.kog_step_in_flight is None
     assert r.num_computed_tokens == 31 + K and r.num_output_placeholders == 0
     assert list(r.output_token_ids) == [7, 8, 9, 10, 11]
     nxt = s.schedule()  # from the burst's last token, at position 31 + K
@@ -211,7 +211,7 @@ def test_async_batches_are_scheduled_ahead(make_scheduler):
     first = s.schedule()
     second = s.schedule()  # a batch in flight does not hold the next one back
     assert first.num_scheduled_tokens == second.num_scheduled_tokens == {"a": 1, "b": 1}
-    assert s.kog_burst_in_flight is None and a.num_output_placeholders == 2
+    assert s.kog_step_in_flight is None and a.num_output_placeholders == 2
     s.update_from_output(first, _output(first, {"a": [8], "b": [8]}))
     s.update_from_output(second, _output(second, {"a": [9], "b": [9]}))
     assert a.num_computed_tokens == 33 and a.num_output_placeholders == 0 and list(a.output_token_ids) == [7, 8, 9]
@@ -248,8 +248,10 @@ class _FakeRunner:
     request's decode step returns a burst of up to K tokens (the kog path), every other step one token per
     request whose prompt is complete. The token computed at position p is token(req, p) = 1000 + 10 * index + p."""
 
-    def __init__(self, k):
+    def __init__(self, k, abort_from=None):
         self.k = k
+        self.abort_from = abort_from  # the first lone step at a position >= this aborts: no token
+        self.aborted = 0
         self.next_pos: dict[str, int] = {}
         self.prompt: dict[str, int] = {}
         self.max_tokens: dict[str, int] = {}
@@ -283,6 +285,9 @@ class _FakeRunner:
             end = p0 + n  # positions computed: p0 .. end - 1
             if end < self.prompt[rid]:
                 out = []  # a prefill chunk before the prompt's last token
+            elif lone and n == 1 and not self.aborted and self.abort_from is not None and p0 >= self.abort_from:
+                self.aborted += 1  # an aborted launch: nothing computed
+                out, end = [], p0
             elif lone and n == 1:  # the kog path: a burst from p0, capped by max_tokens
                 outputs_so_far = p0 - self.prompt[rid] + 1
                 k = max(1, min(self.k, self.max_tokens[rid] - outputs_so_far))
@@ -328,13 +333,14 @@ def _engine(sched, runner):
     return engine
 
 
+@pytest.mark.parametrize("k", [K, 1])
 @pytest.mark.parametrize("arrivals", [[0], [0, 0], [0, 3], [0, 3, 4, 20]])
-def test_async_engine_loop_tokens_follow_positions(make_scheduler, arrivals):
-    """vLLM's own step_with_batch_queue driving KogScheduler: lone requests take bursts, requests arriving later
-    batch with them, and every request's tokens are those of consecutive positions (no position skipped, repeated or
-    computed from a token still in flight)."""
-    s = make_scheduler(async_scheduling=True)
-    runner = _FakeRunner(K)
+def test_async_engine_loop_tokens_follow_positions(make_scheduler, arrivals, k):
+    """vLLM's own step_with_batch_queue driving KogScheduler: lone requests take bursts (K > 1), requests arriving
+    later batch with them, a lone step's launch aborts once (no token: retaken), and every request's tokens are those
+    of consecutive positions (no position skipped, repeated or computed from a token still in flight)."""
+    s = make_scheduler(tokens_per_step=k, async_scheduling=True)
+    runner = _FakeRunner(k, abort_from=25)
     engine = _engine(s, runner)
     reqs = [_request(f"r{i}", 20 + 3 * i, max_tokens=30 + 10 * i, ignore_eos=True) for i in range(len(arrivals))]
     added, loops = 0, 0
@@ -349,4 +355,4 @@ def test_async_engine_loop_tokens_follow_positions(make_scheduler, arrivals):
     for r in reqs:
         prompt = len(r.prompt_token_ids)
         assert list(r.output_token_ids) == [runner.token(r.request_id, prompt + j) for j in range(r.max_tokens)]
-    assert runner.bursts > 0
+    assert (runner.bursts > 0) == (k > 1) and runner.aborted == 1

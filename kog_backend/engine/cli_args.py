@@ -160,14 +160,14 @@ def apply_backend_selection(namespace: argparse.Namespace) -> None:
 
 
 def _select_scheduler(namespace: argparse.Namespace) -> None:
-    """tokens_per_step > 1 needs KogScheduler (kog_backend/engine/scheduler.py says why); async scheduling stays as
-    the user set it (vLLM's default: on)."""
+    """KogScheduler (kog_backend/engine/scheduler.py): it retakes the position of a monokernel launch that aborted,
+    keeps a lone request's kog step the only step in flight, and with tokens_per_step > 1 reserves and accounts for
+    the bursts. A scheduler of the user's stays unless K > 1 was asked for (refused); async scheduling stays as the
+    user set it (vLLM's default: on)."""
     kog = (getattr(namespace, "additional_config", None) or {}).get(CONFIG_KEY) or {}
-    if KogConfig.from_dict(kog).tokens_per_step == 1:
-        return
     scheduler = getattr(namespace, "scheduler_cls", None)
     if scheduler not in (None, SCHEDULER_CLS):
-        if "tokens_per_step" not in kog:
+        if "tokens_per_step" not in kog or KogConfig.from_dict(kog).tokens_per_step == 1:
             return  # the user's scheduler wins over kog's default K; the worker then runs 1 token per step
         raise KogSelectionError(
             f"tokens_per_step > 1 needs the scheduler {SCHEDULER_CLS}, but --scheduler-cls {scheduler} was given"

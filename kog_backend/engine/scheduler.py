@@ -3,7 +3,7 @@
 With tokens_per_step K > 1, a kog decode step generates up to K tokens for one scheduled token: the first is
 sampled at the scheduled position p, each next one at p+1, p+2, ... with its K/V written by the kog path. Three
 things change against vLLM's AsyncScheduler, all in this subclass (selected with `--scheduler-cls`, which
-`--backend kog` sets when K > 1):
+`--backend kog` sets; at K = 1 only items 2's retake and 3 apply):
 
   1. KV slots. While exactly one request is running, every allocation reserves K-1 look-ahead slots (the
      mechanism speculative decoding uses), so positions p .. p+K-1 have slots before the step starts. With
@@ -16,10 +16,11 @@ things change against vLLM's AsyncScheduler, all in this subclass (selected with
      detokenizer, which truncates the text the same way. A decode step that returns no token (an aborted
      monokernel launch, discarded by the runner) has computed nothing: the position is retaken.
   3. What is in flight. Async scheduling schedules step n+1 before step n's tokens are known, assuming one token
-     per step. A step that may be a burst (one request decoding one token: the kog path's step) is therefore
-     the only step in flight: while it is, `schedule` returns an empty step (vLLM's engine then waits for the
-     burst's output) and the next step is scheduled from the burst's tokens. Batched steps are scheduled ahead as
-     vLLM does, so batched traffic keeps async scheduling's overlap of host and GPU work.
+     per step. A step that may be a kog step (one request decoding one token) may return a burst, or no token at
+     all (an aborted launch, whose position is retaken), so it is the only step in flight: while it is,
+     `schedule` returns an empty step (vLLM's engine then waits for its output) and the next step is scheduled
+     from its tokens. Batched steps are scheduled ahead as vLLM does, so batched traffic keeps async scheduling's
+     overlap of host and GPU work.
 
 Under synchronous scheduling (--no-async-scheduling) nothing is ever in flight when `schedule` runs and the
 placeholders return to zero within each step, so the same class serves both.
@@ -37,14 +38,14 @@ from kog_backend.config import KogConfig
 
 logger = init_logger("kog_backend.engine.scheduler")
 
-# Empty steps scheduled behind a possible burst before the scheduler gives up waiting for its output (item 3):
+# Empty steps scheduled behind a possible kog step before the scheduler gives up waiting for its output (item 3):
 # vLLM's batch queue holds two steps, so its engine takes the burst's output right after the first.
 MAX_EMPTY_BEHIND = 4
 
 
-def may_be_burst(scheduler_output: Any) -> bool:
-    """Whether a scheduled step may return more than one token: one request, one token, not its first step (the
-    gate's first cut of a kog step, path/gate/step.py; the runner may still run it stock)."""
+def may_be_kog_step(scheduler_output: Any) -> bool:
+    """Whether a scheduled step may run on the kog path, and so return a burst or no token: one request, one token,
+    not its first step (the gate's first cut of a kog step, path/gate/step.py; the runner may still run it stock)."""
     return (
         len(scheduler_output.num_scheduled_tokens) == 1
         and scheduler_output.total_num_scheduled_tokens == 1
@@ -67,13 +68,14 @@ class KogScheduler(AsyncScheduler):
             logger.warning("kog: speculative decoding is configured; multi-token kog steps are off")
             self.kog_lookahead = 0
         self._stock_lookahead = self.num_lookahead_tokens
-        # The scheduled step that may be a burst and whose output has not come back (item 3), or None, and how many
+        self.kog_enabled = cfg.enabled
+        # The scheduled step that may be a kog step and whose output has not come back (item 3), or None, and how many
         # empty steps were scheduled behind it (vLLM's engine takes its output after one).
-        self.kog_burst_in_flight: Any = None
+        self.kog_step_in_flight: Any = None
         self._empty_behind = 0
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
-        if self.kog_burst_in_flight is not None:
+        if self.kog_step_in_flight is not None:
             self._empty_behind += 1
             if self._empty_behind <= MAX_EMPTY_BEHIND:
                 return self._schedule_nothing(*args, **kwargs)
@@ -88,8 +90,8 @@ class KogScheduler(AsyncScheduler):
         single = len(self.running) + len(self.waiting) == 1
         self.num_lookahead_tokens = self.kog_lookahead if single else self._stock_lookahead
         out = super().schedule(*args, **kwargs)
-        if self.kog_lookahead and may_be_burst(out):
-            self.kog_burst_in_flight, self._empty_behind = out, 0
+        if self.kog_enabled and may_be_kog_step(out):
+            self.kog_step_in_flight, self._empty_behind = out, 0
         return out
 
     def _schedule_nothing(self, *args: Any, **kwargs: Any) -> Any:
@@ -101,8 +103,8 @@ class KogScheduler(AsyncScheduler):
             self._pause_state = state
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
-        if scheduler_output is self.kog_burst_in_flight:
-            self.kog_burst_in_flight = None
+        if scheduler_output is self.kog_step_in_flight:
+            self.kog_step_in_flight = None
         sampled = model_runner_output.sampled_token_ids
         if sampled and not scheduler_output.scheduled_spec_decode_tokens:
             for req_id, idx in model_runner_output.req_id_to_index.items():

@@ -59,9 +59,8 @@ def engine_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
         additional[CONFIG_KEY] = {**additional.get(CONFIG_KEY, {}), **kog}
         kw["worker_cls"] = WORKER_CLS
         kw["additional_config"] = additional
-        if KogConfig.from_dict(additional[CONFIG_KEY]).tokens_per_step > 1:
-            # What `--backend kog` sets for K > 1 (kog_backend/engine/scheduler.py); async scheduling as vLLM's default.
-            kw.setdefault("scheduler_cls", SCHEDULER_CLS)
+        # What `--backend kog` sets (kog_backend/engine/scheduler.py); async scheduling as vLLM's default.
+        kw.setdefault("scheduler_cls", SCHEDULER_CLS)
     return kw
 
 
