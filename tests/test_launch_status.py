@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from kog_backend.config import KogConfig
+from kog_backend.engine import scheduling
 from kog_backend.engine.fault_injection import FaultInjection
 from kog_backend.engine.launch_outcome import LaunchOutcome
 from kog_backend.engine.monokernel_step import MonokernelStep
@@ -54,8 +55,13 @@ def _step(mk, tp_size: int = 1) -> MonokernelStep:
     return step
 
 
+class _EngineConfig:
+    """Stands in for the engine's VllmConfig (the key kog's scheduler is told of a turned-off kog by)."""
+
+
 def _runner(tmp_path, mk) -> KogModelRunner:
     r = object.__new__(KogModelRunner)  # the host-side state only: no vLLM model runner behind it
+    r.vllm_config = _EngineConfig()
     r.device = torch.device("cpu")
     r.kog_config = KogConfig()
     r.kog_counters = StepCounters(path=str(tmp_path / "stats-1-rank0.json"))
@@ -100,6 +106,7 @@ def test_abort_disables_kog_counts_and_resets(tmp_path, caplog, word):
     assert len(logged) == 1  # the diagnostic, logged once
     snap = r.kog_counters.snapshot()
     assert snap["launch_aborts"] == 1 and snap["disabled_reason"] == reason
+    assert scheduling.turned_off_reason(r.vllm_config) == reason  # KogScheduler schedules as stock from its next step
 
 
 class FakeSampler:

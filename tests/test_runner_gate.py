@@ -20,8 +20,13 @@ from kog_backend.path.counters import StepCounters
 from kog_backend.path.eligibility import MAX_TESTED_CONTEXT, STEP_REASONS
 
 
+class _EngineConfig:
+    """Stands in for the engine's VllmConfig."""
+
+
 def _runner(tmp_path, max_model_len: int = 4096) -> KogModelRunner:
     r = object.__new__(KogModelRunner)
+    r.vllm_config = _EngineConfig()
     r.device = torch.device("cpu")
     r.kog_config = KogConfig()
     r.kog_counters = StepCounters(path=str(tmp_path / "stats-1-rank0.json"))

@@ -242,16 +242,33 @@ def test_async_engine_that_never_takes_the_burst_fails_visibly(make_scheduler):
         s.schedule()
 
 
+def test_async_scheduling_is_stock_once_the_worker_turns_kog_off(make_scheduler):
+    from kog_backend.engine import scheduling
+
+    s = make_scheduler(async_scheduling=True)
+    r = _request("a", 31, max_tokens=100, ignore_eos=True)
+    s.add_request(r)
+    _step(s, {"a": [7]})
+    scheduling.mark_turned_off(s.vllm_config, "a kernel abort")
+    first = s.schedule()
+    second = s.schedule()  # scheduled ahead of the first's token, as vLLM's async scheduler does
+    assert first.num_scheduled_tokens == second.num_scheduled_tokens == {"a": 1}
+    assert s.kog_step_in_flight is None and s.num_lookahead_tokens == 0 and r.num_output_placeholders == 2
+    assert scheduling.turned_off_reason(make_scheduler(async_scheduling=True).vllm_config) is None  # this engine only
+
+
 class _FakeRunner:
     """The worker side of vLLM's engine loop for KogScheduler: each scheduled token is computed at the position the
     scheduler says (asserted to be the request's next position, as the V2 runner's own state has it), a lone
     request's decode step returns a burst of up to K tokens (the kog path), every other step one token per
     request whose prompt is complete. The token computed at position p is token(req, p) = 1000 + 10 * index + p."""
 
-    def __init__(self, k, abort_from=None):
+    def __init__(self, k, abort_from=None, turn_off=None):
         self.k = k
         self.abort_from = abort_from  # the first lone step at a position >= this aborts: no token
         self.aborted = 0
+        self.turn_off = turn_off  # called at the abort, as the kog runner turns kog off then; later steps are stock
+        self.empty_after_off = 0  # steps with no token scheduled while a request was running, after turn_off
         self.next_pos: dict[str, int] = {}
         self.prompt: dict[str, int] = {}
         self.max_tokens: dict[str, int] = {}
@@ -273,6 +290,7 @@ class _FakeRunner:
             self.max_tokens[new.req_id] = new.sampling_params.max_tokens
         fut = Future()
         if so.total_num_scheduled_tokens == 0:
+            self.empty_after_off += self.turn_off is not None and self.aborted > 0
             fut.set_result(EMPTY_MODEL_RUNNER_OUTPUT)
             return fut
         cached = so.scheduled_cached_reqs
@@ -288,7 +306,9 @@ class _FakeRunner:
             elif lone and n == 1 and not self.aborted and self.abort_from is not None and p0 >= self.abort_from:
                 self.aborted += 1  # an aborted launch: nothing computed
                 out, end = [], p0
-            elif lone and n == 1:  # the kog path: a burst from p0, capped by max_tokens
+                if self.turn_off is not None:
+                    self.turn_off()
+            elif lone and n == 1 and not (self.turn_off is not None and self.aborted):  # the kog path: a burst
                 outputs_so_far = p0 - self.prompt[rid] + 1
                 k = max(1, min(self.k, self.max_tokens[rid] - outputs_so_far))
                 out = [self.token(rid, p0 + 1 + j) for j in range(k)]
@@ -333,6 +353,25 @@ def _engine(sched, runner):
     return engine
 
 
+def _run_engine_loop(sched, runner, arrivals):
+    """Requests r0, r1, ... added at the engine-loop iterations `arrivals`, run to their end through vLLM's
+    step_with_batch_queue; asserts that each request's tokens are those of its consecutive positions."""
+    engine = _engine(sched, runner)
+    reqs = [_request(f"r{i}", 20 + 3 * i, max_tokens=30 + 10 * i, ignore_eos=True) for i in range(len(arrivals))]
+    added, loops = 0, 0
+    while added < len(reqs) or sched.has_requests() or engine.batch_queue:
+        while added < len(reqs) and arrivals[added] <= loops:
+            sched.add_request(reqs[added])
+            added += 1
+        if sched.has_requests() or engine.batch_queue:
+            engine.step_with_batch_queue()
+        loops += 1
+        assert loops < 500, "the engine loop did not finish"
+    for r in reqs:
+        prompt = len(r.prompt_token_ids)
+        assert list(r.output_token_ids) == [runner.token(r.request_id, prompt + j) for j in range(r.max_tokens)]
+
+
 @pytest.mark.parametrize("k", [K, 1])
 @pytest.mark.parametrize("arrivals", [[0], [0, 0], [0, 3], [0, 3, 4, 20]])
 def test_async_engine_loop_tokens_follow_positions(make_scheduler, arrivals, k):
@@ -341,18 +380,21 @@ def test_async_engine_loop_tokens_follow_positions(make_scheduler, arrivals, k):
     of consecutive positions (no position skipped, repeated or computed from a token still in flight)."""
     s = make_scheduler(tokens_per_step=k, async_scheduling=True)
     runner = _FakeRunner(k, abort_from=25)
-    engine = _engine(s, runner)
-    reqs = [_request(f"r{i}", 20 + 3 * i, max_tokens=30 + 10 * i, ignore_eos=True) for i in range(len(arrivals))]
-    added, loops = 0, 0
-    while added < len(reqs) or s.has_requests() or engine.batch_queue:
-        while added < len(reqs) and arrivals[added] <= loops:
-            s.add_request(reqs[added])
-            added += 1
-        if s.has_requests() or engine.batch_queue:
-            engine.step_with_batch_queue()
-        loops += 1
-        assert loops < 500, "the engine loop did not finish"
-    for r in reqs:
-        prompt = len(r.prompt_token_ids)
-        assert list(r.output_token_ids) == [runner.token(r.request_id, prompt + j) for j in range(r.max_tokens)]
+    _run_engine_loop(s, runner, arrivals)
     assert (runner.bursts > 0) == (k > 1) and runner.aborted == 1
+
+
+@pytest.mark.parametrize("arrivals", [[0], [0, 3]])
+def test_async_engine_loop_after_the_worker_turns_kog_off(make_scheduler, arrivals):
+    """As above, with the runner turning kog off at the aborted launch (as the kog runner does): the position is
+    retaken, every later step is stock, tokens still follow positions, and lone requests are scheduled ahead again.
+    Empty steps after the abort: 3 here (behind the aborted launch, in flight when kog turned off, and where a
+    request has every token it may get already scheduled), 17-23 when the scheduler is not told (one per token: each
+    lone step waits for the previous one's output)."""
+    from kog_backend.engine import scheduling
+
+    s = make_scheduler(tokens_per_step=K, async_scheduling=True)
+    runner = _FakeRunner(K, abort_from=25, turn_off=lambda: scheduling.mark_turned_off(s.vllm_config, "abort"))
+    _run_engine_loop(s, runner, arrivals)
+    assert runner.aborted == 1 and not s.kog_enabled
+    assert runner.empty_after_off <= 3, runner.empty_after_off

@@ -95,3 +95,23 @@ def test_backend_kog_records_the_users_scheduler(user_async):
     cli_args.apply_backend_selection(ns)
     assert (ns.scheduler_cls, ns.async_scheduling) == (SCHEDULER_CLS, user_async)
     assert scheduling._forced == {"scheduler_cls": None}
+
+
+def test_turned_off_is_per_engine_config_and_forgotten_with_it():
+    import gc
+
+    from kog_backend.engine import scheduling
+
+    class Config:  # VllmConfig stands in: a mutable, unhashable object
+        __hash__ = None
+
+    a, b = Config(), Config()
+    assert scheduling.turned_off_reason(a) is None
+    scheduling.mark_turned_off(a, "kernel abort: a wait gave up")
+    scheduling.mark_turned_off(a, "a later reason")  # the first reason stays
+    assert scheduling.turned_off_reason(a) == "kernel abort: a wait gave up"
+    assert scheduling.turned_off_reason(b) is None
+    key = id(a)
+    del a
+    gc.collect()
+    assert key not in scheduling._turned_off

@@ -34,6 +34,7 @@ from vllm.v1.worker.gpu.model_runner import ExecuteModelState
 from vllm.v1.worker.gpu.model_runner import GPUModelRunner as GPUModelRunnerV2
 
 from kog_backend.config import KogConfig
+from kog_backend.engine import scheduling
 from kog_backend.engine.kog_request import KogRequest
 from kog_backend.engine.launch_outcome import LaunchOutcome
 from kog_backend.engine.monokernel_step import MonokernelStep
@@ -82,6 +83,7 @@ class KogModelRunner(GPUModelRunnerV2):
         if self.kog_counters.disabled_reason is None:
             logger.warning("kog: disabled for this server, every step runs stock: %s", reason)
         self.kog_counters.disable(reason)
+        scheduling.mark_turned_off(self.vllm_config, reason)  # KogScheduler then schedules as stock
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         super().load_model(*args, **kwargs)

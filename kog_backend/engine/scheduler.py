@@ -23,7 +23,9 @@ things change against vLLM's AsyncScheduler, all in this subclass (selected with
      overlap of host and GPU work.
 
 Under synchronous scheduling (--no-async-scheduling) nothing is ever in flight when `schedule` runs and the
-placeholders return to zero within each step, so the same class serves both.
+placeholders return to zero within each step, so the same class serves both. Once the worker turns kog off for the
+server (a kernel abort, a model the monokernel cannot take; scheduling.mark_turned_off), items 1-3 stop once the
+step in flight then has been accounted for: the scheduler is vLLM's AsyncScheduler from its next step.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.interface import PauseState
 
 from kog_backend.config import KogConfig
+from kog_backend.engine import scheduling
 
 logger = init_logger("kog_backend.engine.scheduler")
 
@@ -87,6 +90,11 @@ class KogScheduler(AsyncScheduler):
                 f"kog: vLLM's engine asked for {self._empty_behind} steps while a kog step was in flight (a batch "
                 "queue deeper than vLLM 0.26's); run this server with --no-async-scheduling"
             )
+        if self.kog_enabled:
+            reason = scheduling.turned_off_reason(self.vllm_config)
+            if reason is not None:  # the worker turned kog off (scheduling.py): vLLM's scheduling from here on
+                logger.info("kog: off on this server (%s): scheduling as vLLM's async scheduler from here on", reason)
+                self.kog_enabled, self.kog_lookahead = False, 0
         single = len(self.running) + len(self.waiting) == 1
         self.num_lookahead_tokens = self.kog_lookahead if single else self._stock_lookahead
         out = super().schedule(*args, **kwargs)
@@ -106,7 +114,9 @@ class KogScheduler(AsyncScheduler):
         if scheduler_output is self.kog_step_in_flight:
             self.kog_step_in_flight = None
         sampled = model_runner_output.sampled_token_ids
-        if sampled and not scheduler_output.scheduled_spec_decode_tokens:
+        # (Once kog is off, none of this: kog_enabled drops in `schedule`, after the output of the step in flight
+        # when the worker turned kog off, an aborted launch's, has come through here and been retaken.)
+        if sampled and self.kog_enabled and not scheduler_output.scheduled_spec_decode_tokens:
             for req_id, idx in model_runner_output.req_id_to_index.items():
                 scheduled = scheduler_output.num_scheduled_tokens.get(req_id, 0)
                 extra = len(sampled[idx]) - scheduled

@@ -8,13 +8,17 @@ puts back the scheduler the user had (None: vLLM's own), so the server runs exac
 never changed by kog (KogScheduler is vLLM's async scheduler).
 
 What the gate cannot know before the model and KV cache exist (a layer the monokernel cannot take, a KV cache
-that is not bf16, a monokernel set-up failure, a kernel abort later on) turns kog off in the worker only; the server
-then keeps kog's scheduler, whose batched steps are stock's and whose single-request steps are not scheduled ahead
-of the previous one's tokens (benchmarks/concurrency_ab.sh measures batched traffic).
+that is not bf16, a monokernel set-up failure, a kernel abort later on) turns kog off in the worker. The worker
+says so here (`mark_turned_off`), and KogScheduler then schedules as vLLM's AsyncScheduler from its next step
+(`turned_off_reason`): single-request steps are scheduled ahead again, with stock's look-ahead. That needs the worker
+in the scheduler's process, as vLLM's one-process executor has it (one GPU); under a multiprocess executor the
+scheduler never hears of it and keeps kog's scheduling, whose batched steps are stock's and whose single-request
+steps are not scheduled ahead of the previous one's tokens (correct, and slower than stock by that overlap).
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from kog_backend.config import SCHEDULER_CLS, KogConfig
@@ -52,3 +56,28 @@ def restore_stock_scheduling(vllm_config: Any) -> str | None:
         reason, sc.scheduler_cls or "vLLM's default", "on" if sc.async_scheduling else "off",
     )  # fmt: skip
     return reason
+
+
+# Engines on which the worker turned kog off for good: id(VllmConfig) -> (a weak reference to it, the reason). The
+# worker and the scheduler of a one-process engine hold the same VllmConfig object; it is not hashable (a mutable
+# dataclass), hence its id, checked against the weak reference so that a later config at a reused address is not
+# taken for it.
+_turned_off: dict[int, tuple[weakref.ref, str]] = {}
+
+
+def mark_turned_off(vllm_config: Any, reason: str) -> None:
+    """The worker turned kog off for the rest of this engine's life (kog_backend/engine/runner.py, worker.py)."""
+    key = id(vllm_config)
+    if key in _turned_off and _turned_off[key][0]() is vllm_config:
+        return
+    try:
+        ref = weakref.ref(vllm_config, lambda _, key=key: _turned_off.pop(key, None))
+    except TypeError:  # not a VllmConfig (a stand-in without weak references): the scheduler is not told
+        return
+    _turned_off[key] = (ref, reason)
+
+
+def turned_off_reason(vllm_config: Any) -> str | None:
+    """Why this engine's worker turned kog off, if it did and shares the scheduler's process, else None."""
+    entry = _turned_off.get(id(vllm_config))
+    return entry[1] if entry is not None and entry[0]() is vllm_config else None

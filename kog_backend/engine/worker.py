@@ -26,6 +26,9 @@ class KogWorker(Worker):
         if self.kog_unavailable_reason is not None:
             if self.rank == 0:
                 logger.warning("kog: not available, this server runs stock vLLM: %s", self.kog_unavailable_reason)
+            from kog_backend.engine import scheduling
+
+            scheduling.mark_turned_off(self.vllm_config, self.kog_unavailable_reason)
             return
         from kog_backend.engine.runner import KogModelRunner
 
