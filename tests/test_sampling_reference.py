@@ -364,7 +364,7 @@ def test_burst_token_draws_what_vllm_draws_and_rarely_defers(v, filters):
     """On model-like rows the filtered draw equals the reference of vLLM's sampler whenever it draws, and rarely
     defers (the bound on vLLM's fp32 rounding is ~0.015 relative at V = 128k: 2 of 900 rows of the Llama case
     deferred over 15 seeds, none of the Qwen3 or combined cases). The count is tested, not compared with a share of
-    60 rows: a deferral rate of 1% (about three times the one seen) gives 8 or more of 60 with probability < 1e-6, so a
+    60 rows: a deferral rate of 1% (about four times the one seen) gives 8 or more of 60 with probability < 1e-6, so a
     count that high says the cut got looser. top-k alone and min-p alone never defer: their cuts fall between bf16
     values."""
     g = torch.Generator().manual_seed(SEED + v)
