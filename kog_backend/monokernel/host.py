@@ -194,7 +194,7 @@ class Monokernel:
             }  # fmt: skip
         model = {
             "num_layers": L, "hidden": H, "num_heads": nh, "num_kv_heads": nkv, "head_dim": D, "inter": I,
-            "block_size": kv0.shape[2], "num_splits": S, "grid": plan.grid, "num_slots": plan.num_slots,
+            "block_size": bs, "num_splits": S, "grid": plan.grid, "num_slots": plan.num_slots,
             "qk_norm": int(s.qk_norm), "max_position": weights.cos_sin.shape[0], "work_bytes": plan.work_bytes,
             "prefetch_chunks": layout.CONFIG["kPrefetchChunks"],
             "stage_end_copies": layout.CONFIG["kStageEndCopies"],
@@ -223,7 +223,7 @@ class Monokernel:
         }  # fmt: skip
         self._model_values = model
         self.model_table = _to_device(layout.pack_model(model), device)
-        self.block_size = kv0.shape[2]
+        self.block_size = bs
         self.max_tokens_per_launch = max_tokens_per_launch
         self._tokens = torch.empty(max(1, max_tokens_per_launch), dtype=torch.int64, device=device)
         self._num_out = torch.zeros(1, dtype=torch.int32, device=device)
