@@ -8,6 +8,8 @@ outputs poisoned before each launch.
   and go to the lower expert index in both: they are compared.
 * Weights: within a relative 4e-6 of the reference's (fp32 softmax and renormalisation; the sums run in another
   order), and summing to 1 within 1e-6 when norm_topk_prob.
+* NaN logits still give k distinct experts in range; the reference's activation and slot sum equal vLLM's
+  silu_and_mul and moe_sum ops bit for bit.
 """
 
 from __future__ import annotations
@@ -80,14 +82,50 @@ def test_equal_logits_go_to_the_lower_index():
     assert ids[3].tolist()[0] == 15 and ids[3].tolist()[1:] == list(range(7))
 
 
+def test_nan_router_logits_pick_valid_experts():
+    """NaN router logits (a diverged model) make every probability NaN: the route still names k distinct experts in
+    [0, E), so that no loader reads outside w13 / w2 (the numbers are garbage, as stock's would be)."""
+    logits = torch.full((2, 64), float("nan"), device=DEV).to(torch.bfloat16)
+    logits[1, :32] = 1.0  # half NaN
+    ids, _ = _route(logits, 8, True)
+    for row in ids.tolist():
+        assert all(0 <= e < 64 for e in row) and len(set(row)) == 8, row
+
+
+def _vllm_ops():
+    """vLLM's custom ops module with its kernels loaded (torch.ops._C from _C_stable_libtorch, torch.ops._moe_C from
+    _moe_C_stable_libtorch: the MoE bundle, vLLM 0.26's module names), or a skip."""
+    try:
+        import vllm._C_stable_libtorch  # noqa: F401
+        import vllm._moe_C_stable_libtorch  # noqa: F401
+        from vllm import _custom_ops as vllm_ops
+    except Exception as e:  # noqa: BLE001 (any import failure means: not staged)
+        pytest.skip(f"vLLM's MoE ops are not available here ({type(e).__name__}: {e}); stage the MoE bundle")
+    return vllm_ops
+
+
+def test_reference_matches_vllm_moe_sum_and_silu_and_mul():
+    """The MoE reference's activation and slot sum (moe_step.silu_and_mul_op, combine), which the kernel tests hold
+    the MoE kernel to, are vLLM's fused-MoE ops bit for bit: torch.ops._C.silu_and_mul (silu rounded to bf16 before
+    the product) and moe_sum (fp32 in slot order, one rounding) on fresh random rows, k = 2, 8."""
+    _vllm_ops()
+    g = torch.Generator(device=DEV).manual_seed(11)
+    gate_up = (torch.randn(16, 2 * 768, generator=g, device=DEV) * 3).to(torch.bfloat16)
+    act = torch.full((16, 768), float("nan"), dtype=torch.bfloat16, device=DEV)
+    torch.ops._C.silu_and_mul(act, gate_up)
+    assert torch.equal(act.cpu(), moe_step.silu_and_mul_op(gate_up.cpu()))
+    for k in (2, 8):
+        y = (torch.randn(16, k, 2048, generator=g, device=DEV) * 4).to(torch.bfloat16)
+        out = torch.full((16, 2048), float("nan"), dtype=torch.bfloat16, device=DEV)
+        torch.ops._moe_C.moe_sum(y, out, None, None)
+        want = torch.stack([moe_step.combine(row) for row in y.cpu()])
+        assert torch.equal(out.cpu(), want), f"k {k}: {int((out.cpu() != want).sum())} elements differ"
+
+
 def test_matches_vllm_topk_softmax():
     """vLLM's fused-MoE routing kernel (`_moe_C`, the MoE bundle) on the same logits: the same experts outside near
     ties, weights within the same bound."""
-    try:
-        from vllm import _custom_ops as vllm_ops
-        import vllm._moe_C  # noqa: F401
-    except Exception as e:  # noqa: BLE001 (any import failure means: not staged)
-        pytest.skip(f"vLLM's MoE ops are not available here ({type(e).__name__}: {e}); stage the MoE bundle")
+    vllm_ops = _vllm_ops()
     g = torch.Generator(device=DEV).manual_seed(7)
     logits = (torch.randn(ROWS, 128, generator=g, device=DEV) * 2).to(torch.bfloat16)
     for norm in (True, False):

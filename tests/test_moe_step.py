@@ -161,9 +161,28 @@ def test_w13_rows_are_gate_then_up():
     assert not torch.allclose(out, swapped, rtol=1e-2, atol=1e-3)
 
 
-def test_combine_rounds_each_addition_in_bf16():
-    """The slot sum keeps a bf16 accumulator (vLLM's moe_sum): 256 + 1 + 1 stays 256 in bf16, where an fp32 sum
-    rounded once gives 258."""
+def test_combine_sums_in_fp32_and_rounds_once():
+    """The slot sum accumulates in fp32 and rounds once (vLLM's moe_sum kernels): 256 + 1 + 1 gives 258, where a bf16
+    accumulator (each addition rounded) stays at 256."""
     y = torch.tensor([[256.0], [1.0], [1.0]], dtype=torch.bfloat16)
-    assert float(moe_step.combine(y)[0]) == 256.0
-    assert float(y.float().sum().to(torch.bfloat16)) == 258.0
+    assert float(moe_step.combine(y)[0]) == 258.0
+    acc = y[0]
+    for v in y[1:]:
+        acc = (acc.float() + v.float()).to(torch.bfloat16)
+    assert float(acc[0]) == 256.0
+
+
+def test_silu_and_mul_op_rounds_silu_first():
+    """vLLM's silu_and_mul op rounds silu(gate) to bf16 before the product: on random rows it differs from the single
+    rounding of the dense step's torch_step.silu_and_mul in some elements, by at most one bf16 ulp of the product
+    (relative 2^-7), and equals the two-rounding formula everywhere."""
+    g = torch.Generator().manual_seed(7)
+    gate_up = (torch.randn(2, 4096, generator=g) * 3).to(torch.bfloat16)
+    got = moe_step.silu_and_mul_op(gate_up)
+    gate, up = gate_up.float().chunk(2, dim=-1)
+    silu = torch.nn.functional.silu(gate).to(torch.bfloat16).float()
+    assert torch.equal(got, (silu * up).to(torch.bfloat16))
+    once = torch_step.silu_and_mul(gate_up)
+    differ = got != once
+    assert 0 < int(differ.sum()) < got.numel() // 2
+    assert torch.allclose(got.float(), once.float(), rtol=2**-7, atol=0)

@@ -8,7 +8,7 @@ docs/moe.md): the dense plan for attention, O and the LM head, and in place of t
                the loader reads the route before it streams them
   expert_down  K = I, N = k H units, unit row * k + slot: row `row` of the slot's expert's w2; a chunk is R output
                rows of every slot (nu = R k units), so its epilogue has all k slot outputs of its rows: y_s =
-               bf16(fp32 dot x weight_s), their sum in slot order with a bf16 accumulator (moe_step.combine) and the
+               bf16(fp32 dot x weight_s), their sum in slot order in fp32, rounded once (moe_step.combine), and the
                residual, the dense down stage's outputs (down_out, rin_next)
 
 The kernel's argument table carries expert_gu and expert_down as its gate/up and down stages (`kernel.stages`) and

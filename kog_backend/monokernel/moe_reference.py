@@ -13,7 +13,6 @@ import torch
 
 from kog_backend.monokernel.moe_plan import MoePlan
 from kog_backend.reference import moe_step
-from kog_backend.reference.torch_step import silu_and_mul
 
 
 @dataclasses.dataclass
@@ -46,7 +45,7 @@ def moe_block_stages(lw: moe_step.MoeLayerWeights, x: torch.Tensor, moe: moe_ste
         e = int(route.experts[s])
         gate = (lw.w13[e, j.start : j.stop].float() @ xf).to(dt)
         up = (lw.w13[e, I + j.start : I + j.stop].float() @ xf).to(dt)
-        act[s, j.start : j.stop] = silu_and_mul(torch.cat([gate, up]))
+        act[s, j.start : j.stop] = moe_step.silu_and_mul_op(torch.cat([gate, up]))
     y = torch.full((k, H), float("nan"), dtype=dt, device=dev)
     out = torch.full((H,), float("nan"), dtype=dt, device=dev)
     for c in range(plan.expert_down.chunks):

@@ -17,13 +17,15 @@ Numeric recipe of the MoE block, after vLLM 0.26's unquantized Triton path (what
   route       p = softmax(fp32(logits)); the k largest p, in decreasing order, equal p to the lower expert index
               (vLLM's topk_softmax kernel, csrc/moe/topk_softmax_kernels.cu: "We want lower indices to 'win'");
               w = p[chosen], fp32; norm_topk_prob (vLLM's renormalize, qwen3_moe.py:211): w = w / sum(w)   [k]
-  expert      gu = bf16(x @ w13[e]^T) [2 I]; a = bf16(silu(fp32 gate) * fp32 up) [I]
-              (experts/triton_moe.py:345-346 and 446, torch.ops._C.silu_and_mul);
+  expert      gu = bf16(x @ w13[e]^T) [2 I]; a = bf16(bf16(silu(fp32 gate)) * fp32 up) [I]
+              (experts/triton_moe.py:345-346 and 446, fused_moe/activation.py:161: torch.ops._C.silu_and_mul,
+              whose silu_kernel returns the input's dtype before the bf16 product);
               y = bf16(fp32(a @ w2[e]^T) * w) [H]: the routing weight scales the fp32 accumulator before the one
               rounding (fused_moe.py:566-576, MUL_ROUTED_WEIGHT on the w2 GEMM, triton_moe.py:464-476)
-  combine     out = sum of the k slot outputs in slot order with a bf16 accumulator, each addition rounded
-              (ops.moe_sum, triton_moe.py:536; moe_sum_kernel in csrc/moe/moe_align_sum_kernels.cu accumulates
-              in scalar_t)
+  combine     out = bf16 of the k slot outputs added in fp32 in slot order ((0 + y_0) + y_1 + ...), rounded once
+              (ops.moe_sum, triton_moe.py:536; the wheel's _moe_C holds moe_sum_vec_kernel for k in {1, 2, 4, 6,
+              8, 9} and a dynamic and a scalar form, which accumulate in float: csrc/libtorch_stable/moe/
+              moe_align_sum_kernels.cu)
 The CUDA kernels (_moe_C) ship compiled in the wheel: their rules above were read from vLLM's source, not run here.
 Ties: torch.topk does not specify which of equal values comes first; `route` sorts stably instead, so equal
 probabilities go to the lower expert index, as the kernel does. The residual and post-attention norm are the dense
@@ -35,7 +37,7 @@ weights rounded to the activations' dtype, expert outputs scaled in that dtype a
 
 Qwen3-MoE configs may make some layers dense (mlp_only_layers, decoder_sparse_step > 1) and Qwen2-MoE adds a shared
 expert: this reference covers the sparse-only layout of Qwen3-30B-A3B and Qwen3-Coder-30B-A3B. The kog path runs
-no MoE model yet: the gate refuses every one (kog_backend.path.gate.model, reason `mixture_of_experts`).
+MoE model unless the kog option `moe_kernel` is on (kog_backend.path.gate.model, reason `moe_kernel`).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ import torch
 
 from kog_backend.path.model_spec import DecoderShape
 from kog_backend.reference import torch_step
-from kog_backend.reference.torch_step import Index, linear, silu_and_mul
+from kog_backend.reference.torch_step import Index, linear
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,17 +113,26 @@ def expert_outputs(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, r: Rout
     """[k, H]: each chosen expert's down projection of silu(gate) * up, scaled by its routing weight in fp32 and
     rounded to w2's dtype once. x [H]; w13 [E, 2 I, H]; w2 [E, H, I]."""
     gate_up = torch.einsum("h,kjh->kj", x.float(), w13[r.experts].float()).to(w13.dtype)  # [k, 2 I]
-    act = silu_and_mul(gate_up)  # [k, I]
+    act = silu_and_mul_op(gate_up)  # [k, I]
     down = torch.einsum("ki,khi->kh", act.float(), w2[r.experts].float())  # [k, H] fp32
     return (down * r.weights[:, None]).to(w2.dtype)
 
 
+def silu_and_mul_op(gate_up: torch.Tensor) -> torch.Tensor:
+    """vLLM's silu_and_mul op on [..., 2 I] (gate, up): silu(gate) in fp32 rounded to the input's dtype, times up,
+    rounded again (the dense step's torch_step.silu_and_mul rounds once: torch.compile fuses vLLM's native form)."""
+    g, u = gate_up.chunk(2, dim=-1)
+    silu = (g.float() / (1.0 + torch.exp(-g.float()))).to(gate_up.dtype)
+    return (silu.float() * u.float()).to(gate_up.dtype)
+
+
 def combine(outputs: torch.Tensor) -> torch.Tensor:
-    """Sum of the k slot outputs [k, H] in slot order, accumulated in their dtype (each addition rounded)."""
-    acc = outputs[0]
+    """Sum of the k slot outputs [k, H] in slot order, accumulated in fp32 and rounded to their dtype once (vLLM's
+    moe_sum)."""
+    acc = outputs[0].float()
     for y in outputs[1:]:
-        acc = (acc.float() + y.float()).to(outputs.dtype)
-    return acc
+        acc = acc + y.float()
+    return acc.to(outputs.dtype)
 
 
 def moe_block(lw: MoeLayerWeights, x: torch.Tensor, moe: MoeShape, routes: list[Route] | None = None) -> torch.Tensor:

@@ -2,9 +2,10 @@
 // of layer_stages.cuh's gate/up and down, in schedule order after the O projection:
 //   router      logits = bf16(router @ x), x = rmsnorm(o + rin); the stage's last block routes (moe_route.cuh) and
 //               publishes the k experts and weights (ModelArgs::moe_route), which the loaders wait for
-//   expert_gu   act[slot * I + j] = bf16(silu(gate) * up) of the slot's expert, nu row pairs per chunk
+//   expert_gu   act[slot * I + j] = bf16(bf16(silu(gate)) * up) of the slot's expert (vLLM's silu_and_mul op), nu
+//               row pairs per chunk
 //   expert_down every slot's row of w2 for nu / k output rows per chunk: y_s = bf16(fp32 dot * weight_s), the slots'
-//               sum in slot order with a bf16 accumulator (vLLM's moe_sum), down_out = that sum, rin_next =
+//               sum in slot order in fp32 rounded once (vLLM's moe_sum), down_out = that sum, rin_next =
 //               bf16(sum + rmid): the dense layer's outputs, so the next layer and the LM head read them unchanged
 // The reference is kog_backend/monokernel/moe_reference.py (moe_step's numerics, chunk by chunk in this schedule).
 #pragma once
@@ -85,8 +86,9 @@ __device__ __forceinline__ void expert_gu_stage(const Consumers<D, HP, kSampled,
   if (c.tid == 0) c.tr.mark(t, l, kEvGuReady);
   bf16* const act = ly.La.act;
   consume_stage<true>(c.m, c.hdr, ring, c.x_s, C::kStageGU, c0, [=](int r, int, float vg, float vu) {
+    // vLLM's silu_and_mul op (the fused MoE's activation): silu rounded to bf16, times up, rounded again.
     const float gt = round_bf16(vg), up = round_bf16(vu);
-    st_bf16(act, r, __fmul_rn(__fdiv_rn(gt, 1.f + expf(-gt)), up));
+    st_bf16(act, r, __fmul_rn(round_bf16(__fdiv_rn(gt, 1.f + expf(-gt))), up));
   }, c.tr, t, l, kEvGuLanded);
   consumer_signal(c.ctrs, layer_counter_index(l, c.nkv, C::kStageGU), static_cast<uint32_t>(mine));
   c.handed_off(t, l, C::kStageGU, kEvGuDone);
@@ -129,12 +131,14 @@ __device__ __forceinline__ void expert_down_stage(const Consumers<D, HP, kSample
     const float y = round_bf16(v * weights[s]);
     const int lane = static_cast<int>(threadIdx.x & 31), first = lane & ~(k - 1);
     const unsigned group = (k == 32 ? 0xffffffffu : ((1u << k) - 1u)) << first;
+    // vLLM's moe_sum: the k bf16 slot outputs added in fp32 in slot order, rounded once.
     float sum = __shfl_sync(group, y, first);
-    for (int q = 1; q < k; ++q) sum = round_bf16(sum + __shfl_sync(group, y, first + q));
+    for (int q = 1; q < k; ++q) sum += __shfl_sync(group, y, first + q);
     if (s == 0) {
       const int row = r >> log2k;
-      st_bf16(down_out, row, sum);
-      st_bf16(rin_next, row, sum + resid[kk >> log2k]);
+      const float o = round_bf16(sum);
+      st_bf16(down_out, row, o);
+      st_bf16(rin_next, row, o + resid[kk >> log2k]);
     }
   }, c.tr, t, l, kEvDownLanded, kFp8None, nullptr, log2k);
   consumer_signal(c.ctrs, layer_counter_index(l, c.nkv, C::kStageDown), static_cast<uint32_t>(mine));
