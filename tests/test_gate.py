@@ -223,6 +223,7 @@ CASES = [
     ("monokernel", "moe_tp", _moe_tp),
     ("model", "moe_dense_layers", lambda: model.moe_layers_reason({"mlp_only_layers": [3], "decoder_sparse_step": 1})),
     ("model", "moe_quantized", lambda: model.REASONS["moe_quantized"].format(method="fp8")),
+    ("model", "moe_backend", lambda: model.moe_backend_reason(types.SimpleNamespace(name="FLASHINFER_CUTLASS"))),
     ("monokernel", "architecture", lambda: monokernel.shape_reason(_shape(arch="gemma"), 1)),
     ("monokernel", "qkv_bias_arch", lambda: monokernel.shape_reason(_shape(qkv_bias=True), 1)),
     ("monokernel", "qk_norm_arch", lambda: monokernel.shape_reason(_shape(qk_norm=True), 1)),

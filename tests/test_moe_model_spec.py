@@ -26,7 +26,11 @@ def _weights(moe=MoeShape(16, 8, 128, True)):
     return synthetic.random_moe_decoder(shape, moe, CPU, seed=int(torch.randint(0, 2**31, (1,))))
 
 
-def _vllm_moe_model(w, **hf_over):
+TRITON = types.SimpleNamespace(name="TRITON")  # vLLM's UnquantizedMoeBackend.TRITON, as the gate reads it (.name)
+
+
+def _vllm_moe_model(w, backend=TRITON, **hf_over):
+    """A stand-in of vLLM's Qwen3MoeForCausalLM over w (its experts on `backend`) and its config."""
     s, moe = w.shape, w.moe
     rope = RotaryEmbedding(is_neox_style=True, rotary_dim=s.head_dim, cos_sin_cache=w.cos_sin)
     layers = []
@@ -40,7 +44,8 @@ def _vllm_moe_model(w, **hf_over):
                 q_norm=Node(weight=_param(lw.q_norm)), k_norm=Node(weight=_param(lw.k_norm)),
             ),
             mlp=Node(gate=Node(weight=_param(lw.router)),
-                     experts=Node(w13_weight=_param(lw.w13), w2_weight=_param(lw.w2))),
+                     experts=Node(w13_weight=_param(lw.w13), w2_weight=_param(lw.w2),
+                                  quant_method=Node(unquantized_backend=backend))),
         ))  # fmt: skip
     model = Node(model=Node(layers=torch.nn.ModuleList(layers), embed_tokens=Node(weight=_param(w.embed)),
                             norm=Node(weight=_param(w.final_norm))),
@@ -87,6 +92,16 @@ def test_without_the_option_moe_stays_stock():
 def test_configs_the_moe_kernel_does_not_run(over, match):
     model, config = _vllm_moe_model(_weights(), **over)
     with pytest.raises(model_spec.UnsupportedModel, match=match):
+        model_spec.from_vllm_model(model, config, moe_kernel=True)
+
+
+@pytest.mark.parametrize("backend", ["FLASHINFER_CUTLASS", "FLASHINFER_TRTLLM", "AITER", None])
+def test_moe_backends_other_than_triton_are_refused(backend):
+    """Only the Triton backend keeps w13 as [gate rows; up rows] (FlashInfer's CUTLASS backend swaps them with the
+    same shape): any other backend, or experts without one, is refused with the backend named."""
+    w = _weights()
+    model, config = _vllm_moe_model(w, backend=types.SimpleNamespace(name=backend) if backend else None)
+    with pytest.raises(model_spec.UnsupportedModel, match=f"vLLM's MoE backend {backend}: the MoE kernel reads"):
         model_spec.from_vllm_model(model, config, moe_kernel=True)
 
 

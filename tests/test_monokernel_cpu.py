@@ -104,6 +104,10 @@ def test_abort_sites_match_header_and_are_described():
     assert desc.startswith("weight slot full wait timed out in block 5") and "target=17" in desc
     desc = host.describe_abort(host.SITE_NOT_RESIDENT, 5, 0xFFFFFFFF, 132, 100, num_kv_heads=8)
     assert "100 of 132 blocks started" in desc and "tagged words" in desc
+    # a MoE table's counters after the dense ones (ModelArgs::moe_ctr_base): per layer the router's, then the route's
+    assert host.describe_counter(200 + 5, 4, moe_ctr_base=200) == "layer 2 route"
+    assert host.describe_counter(200 + 4, 4, moe_ctr_base=200) == "layer 2 router"
+    assert host.describe_counter(13 + 9 + 1, 4, moe_ctr_base=200) == "layer 1 o"
 
 
 @pytest.mark.skipif(ops.load_reason() is not None, reason=f"extension not loadable: {ops.load_reason()}")

@@ -443,7 +443,8 @@ class Monokernel:
         if site == 0:
             return None
         block, what, target, seen = (x & 0xFFFFFFFF for x in c[ABORT + 1 : ABORT + 5])
-        return describe_abort(site, block, what, target, seen, self.shape.num_kv_heads)
+        moe_base = self._model_values["moe_ctr_base"] if self.moe else None
+        return describe_abort(site, block, what, target, seen, self.shape.num_kv_heads, moe_base)
 
 
 ABORT = 4  # kCtrAbort (sync.cuh); kCtrDiag = ABORT + 1 .. ABORT + 4
@@ -452,23 +453,31 @@ ABORT_SITES = {1: "counter", 2: "weight slot full", 3: "weight slot empty (loade
                5: "hand-off hold (loader)", 6: "tagged hand-off", SITE_NOT_RESIDENT: "blocks not resident"}
 
 
-def describe_abort(site: int, block: int, what: int, target: int, seen: int, num_kv_heads: int) -> str:
-    """The diagnostic of an aborted launch from its abort word (site) and the four words after it (sync.cuh)."""
+def describe_abort(site: int, block: int, what: int, target: int, seen: int, num_kv_heads: int,
+                   moe_ctr_base: int | None = None) -> str:
+    """The diagnostic of an aborted launch from its abort word (site) and the four words after it (sync.cuh);
+    moe_ctr_base: ModelArgs::moe_ctr_base of a MoE table."""
     if site == SITE_NOT_RESIDENT:
-        on = "tagged words" if what == 0xFFFFFFFF else f"counter {what} ({describe_counter(what, num_kv_heads)})"
+        on = "tagged words" if what == 0xFFFFFFFF else \
+            f"counter {what} ({describe_counter(what, num_kv_heads, moe_ctr_base)})"
         return f"blocks not resident: block {block} waited over 1 ms on {on} with {seen} of {target} blocks started"
     desc = f"{ABORT_SITES.get(site, site)} wait timed out in block {block}: what={what} target={target} seen={seen}"
     if site == 1:
-        desc += f" ({describe_counter(what, num_kv_heads)})"
+        desc += f" ({describe_counter(what, num_kv_heads, moe_ctr_base)})"
     return desc
 
 
-def describe_counter(index: int, num_kv_heads: int) -> str:
+def describe_counter(index: int, num_kv_heads: int, moe_ctr_base: int | None = None) -> str:
+    """The counter at `index` (in counters of kCounterStride words): a global one, a layer's stage or attention
+    split counter, or (from moe_ctr_base in a MoE table) a layer's router chunks or its published route."""
     names = {0: "epoch", 1: "finish", 2: "lm", 3: "token-ready", 9: "tp-lm", 10: "sample-arrive", 11: "sample-ready",
              12: "started"}
     base = layout.CONFIG["kCtrLayerBase"]
     if index < base:
         return names.get(index, f"global {index}")
+    if moe_ctr_base is not None and index >= moe_ctr_base:
+        layer, which = divmod(index - moe_ctr_base, 2)
+        return f"layer {layer} " + ("router" if which == 0 else "route")
     layer, which = divmod(index - base, layout.CONFIG["layer_counter_count_0"] + num_kv_heads)
     kinds = ("qkv", "o", "gate_up", "down", "attn_done")
     return f"layer {layer} " + (kinds[which] if which < len(kinds) else f"attn split counter of kv head {which - 5}")

@@ -289,6 +289,8 @@ def _moe_weights(model: Any, hf: Any, moe: Any, arch: str, vllm_config: Any) -> 
         experts = getattr(mlp, "experts", None)
         if experts is None or not hasattr(mlp, "gate") or not hasattr(experts, "w13_weight"):
             _refuse(model_gate.REASONS["mlp_not_dense"].format(layer=i, mlp=type(mlp).__name__))
+        _refuse(model_gate.moe_backend_reason(getattr(getattr(experts, "quant_method", None), "unquantized_backend",
+                                                          None)))
         layers.append(MoeLayerWeights(
             input_norm=layer.input_layernorm.weight, qkv=attn.qkv_proj.weight, q_norm=attn.q_norm.weight,
             k_norm=attn.k_norm.weight, o_proj=attn.o_proj.weight, post_norm=layer.post_attention_layernorm.weight,

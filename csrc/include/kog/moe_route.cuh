@@ -49,10 +49,12 @@ __device__ __forceinline__ void moe_route_warp(const uint16_t* logits, int E, in
   for (int r = 0; r < k; ++r) {
     uint64_t best = 0;
     for (int i = lane; i < E; i += 32) {
+      // A chosen expert (-1) has key 0; a NaN probability (NaN router logits) counts as 0, so that every round
+      // still picks a valid expert (E >= k) and no loader reads past w13 / w2.
       const float p = probs[i];
-      const uint64_t key = p >= 0.f ? (static_cast<uint64_t>(__float_as_uint(p)) << 32) |
-                                          (0xffffffffu - static_cast<uint32_t>(i))
-                                    : 0;
+      const uint32_t bits = p >= 0.f ? __float_as_uint(p) : 0u;
+      const uint64_t key = p == -1.f ? 0 : (static_cast<uint64_t>(bits) << 32) |
+                                               (0xffffffffu - static_cast<uint32_t>(i));
       best = key > best ? key : best;
     }
     best = warp_max_u64(best);

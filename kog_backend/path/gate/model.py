@@ -38,6 +38,8 @@ REASONS = {
     "moe_dense_layers": "mlp_only_layers {dense} / decoder_sparse_step {step}: the MoE kernel runs models whose every "
                         "layer is sparse",
     "moe_quantized": "quantization {method} with mixture of experts: the MoE kernel streams bf16 experts",
+    "moe_backend": "vLLM's MoE backend {backend}: the MoE kernel reads the experts as the Triton backend holds them "
+                   "(w13 rows [0, I) gate, [I, 2 I) up; FlashInfer's CUTLASS backend swaps them)",
     "sliding_window": "sliding_window {window}: sliding-window attention is not supported",
     "rope_scaling": "rope_scaling {kind!r} is not supported (default and llama3 only)",
     "quantization": "quantization_config {method}: not supported",
@@ -103,6 +105,14 @@ def config_num_experts(cfg: Any) -> int | None:
         if get(field):
             return int(get(field))
     return None
+
+
+def moe_backend_reason(backend: Any) -> str | None:
+    """vLLM's unquantized MoE backend (UnquantizedFusedMoEMethod.unquantized_backend, an UnquantizedMoeBackend) other
+    than TRITON, the one that keeps w13 as the checkpoint's gate and up rows (fused_moe/oracle/unquantized.py picks
+    it first on SM 90; --moe-backend or another GPU may pick FlashInfer's, which reorders w13)."""
+    name = getattr(backend, "name", str(backend))
+    return None if name == "TRITON" else REASONS["moe_backend"].format(backend=name)
 
 
 def sliding_window_reason(window: int | None, use_sliding_window: bool | None) -> str | None:
