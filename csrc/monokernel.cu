@@ -441,7 +441,7 @@ std::vector<int64_t> monokernel_layout() {
   KOG_OFF(ModelArgs, trace); KOG_OFF(ModelArgs, tp_size); KOG_OFF(ModelArgs, tp_rank); KOG_OFF(ModelArgs, vocab_start);
   KOG_OFF(ModelArgs, tp_parts); KOG_OFF(ModelArgs, tp_keys); KOG_OFF(ModelArgs, tp_delta);
   KOG_OFF(ModelArgs, sample_work); KOG_OFF(ModelArgs, status_out); KOG_OFF(ModelArgs, inject_fault);
-  KOG_OFF(ModelArgs, slot_bytes); KOG_OFF(ModelArgs, fp8_scaling); KOG_OFF(ModelArgs, fp8_scales); KOG_OFF(ModelArgs, attn_mode);
+  KOG_OFF(ModelArgs, slot_bytes); KOG_OFF(ModelArgs, fp8_scaling); KOG_OFF(ModelArgs, fp8_scales); KOG_OFF(ModelArgs, attn_mode); KOG_OFF(ModelArgs, attn_prefetch);
   KOG_OFF(ModelArgs, moe_top_k); KOG_OFF(ModelArgs, moe_experts); KOG_OFF(ModelArgs, moe_norm_topk);
   KOG_OFF(ModelArgs, moe_inter); KOG_OFF(ModelArgs, moe_router_nu); KOG_OFF(ModelArgs, moe_router_chunks);
   KOG_OFF(ModelArgs, moe_ctr_base); KOG_OFF(ModelArgs, moe_routers); KOG_OFF(ModelArgs, moe_logits);
@@ -473,7 +473,8 @@ std::vector<int64_t> monokernel_config() {
           burst::BurstSamplingConfig::kGridBytes, burst::smem_bytes(0), kCtrSampleArrive,
           C::kSlotAlign,
           fp8_span_bytes(2048), fp8_span_bytes(14336), kFp8PerTensor, kFp8PerRow, kFp8Block128,
-          C::kAttnMode, kAttnModeRounds, kAttnModeMma, kAttnModeMmaWide, C::kAttnTileLen};
+          C::kAttnMode, kAttnModeRounds, kAttnModeMma, kAttnModeMmaWide, C::kAttnTileLen,
+          C::kAttnPrefetchRounds};
 }
 
 }  // namespace kog

@@ -11,8 +11,9 @@ logits, the new KV slot, and every cache slot past the context), launches one st
     token wherever the reference's top-2 margin exceeds 2% of its top logit.
 Context lengths 1, 15, 16, 17, 1000, 4096, 32000; GQA 1, 4, 8; head dim 64, 128; Llama (tied) and Qwen3
 (qk-norm, untied); one HND-layout cache; consecutive launches (epochs) and K>1 greedy launches with stop ids;
-the loader's hold around hand-offs (a benchmark variant) leaves every result bit for bit unchanged; one attention
-split per KV head at short contexts (a benchmark variant) against the one-split schedule.
+the loader's hold around hand-offs (a benchmark variant) and the attention's L2 prefetch leave every result bit for
+bit unchanged; one attention split per KV head at short contexts (a benchmark variant) against the one-split
+schedule.
 """
 
 from __future__ import annotations
@@ -338,23 +339,51 @@ def test_loader_variants_change_timing_only(variant, model):
         pytest.skip("the tagged gate/up hand-off exists only in a build with KOG_NVCC_FLAGS=-DKOG_TAGGED_HANDOFFS=1")
     arch, d, gqa, start = _VARIANT_MODELS[model]
     w, caches, mk = _model(arch, d, gqa, True)
-    pos, slot, bt = _prepare(w, caches, start, 13)
+    _assert_launches_agree(w, caches, mk, start, 13, 77, [{}, overrides])
+
+
+def _k4_launch(mk, caches, init, pos, slot, bt, token, table=None):
+    """A K=4 greedy launch from the caches' state `init` (restored first): (tokens, count, logits bits, caches bits),
+    and no wait timed out."""
+    for c, c0 in zip(caches, init):
+        c.copy_(c0)
+    ids, p, sl = torch.tensor([token], device=DEV), torch.tensor([pos], device=DEV), torch.tensor([slot], device=DEV)
+    logits = torch.full((4, mk.logical_vocab), math.nan, dtype=torch.bfloat16, device=DEV)
+    tokens, count = mk.generate(ids, p, bt, sl, 4, logits_out=logits, model_table=table)
+    torch.cuda.synchronize()
+    assert mk.diagnostics() is None, mk.diagnostics()
+    return (tokens.tolist(), int(count.item()), logits.view(torch.int16).clone(),
+            [c.view(torch.int16).clone() for c in caches])
+
+
+def _assert_same_launches(results):
+    """Every launch of `results` (_k4_launch's) gives the first one's tokens, logits and caches bit for bit."""
+    t0, n0, l0, c0 = results[0]
+    for t1, n1, l1, c1 in results[1:]:
+        assert n0 == n1 == 4 and t0 == t1, (t0, t1)
+        assert torch.equal(l0, l1), "logits differ"
+        assert all(torch.equal(a, b) for a, b in zip(c0, c1)), "caches differ"
+
+
+def _assert_launches_agree(w, caches, mk, ctx, seed, token, variants):
+    """K=4 launches at context ctx with each variant's ModelArgs overrides ({}: the default table) agree bit for
+    bit."""
+    pos, slot, bt = _prepare(w, caches, ctx, seed)
     init = [c.clone() for c in caches]
-    ids, p, sl = torch.tensor([77], device=DEV), torch.tensor([pos], device=DEV), torch.tensor([slot], device=DEV)
-    results = []
-    for table in (None, mk.variant_table(**overrides)):
-        for c, c0 in zip(caches, init):
-            c.copy_(c0)
-        logits = torch.full((4, mk.logical_vocab), math.nan, dtype=torch.bfloat16, device=DEV)
-        tokens, count = mk.generate(ids, p, bt, sl, 4, logits_out=logits, model_table=table)
-        torch.cuda.synchronize()
-        assert mk.diagnostics() is None, mk.diagnostics()
-        results.append((tokens.tolist(), int(count.item()), logits.view(torch.int16).clone(),
-                        [c.view(torch.int16).clone() for c in caches]))
-    (t0, n0, l0, c0), (t1, n1, l1, c1) = results
-    assert n0 == n1 == 4 and t0 == t1, (t0, t1)
-    assert torch.equal(l0, l1), "logits differ"
-    assert all(torch.equal(a, b) for a, b in zip(c0, c1)), "caches differ"
+    _assert_same_launches([_k4_launch(mk, caches, init, pos, slot, bt, token, mk.variant_table(**ov) if ov else None)
+                           for ov in variants])
+
+
+@pytest.mark.parametrize("ctx", [300, 4096, 31999])
+@pytest.mark.parametrize("head_dim,gqa,layout", [(64, 4, "NHD"), (128, 2, "NHD"), (128, 8, "HND")])
+def test_attention_l2_prefetch_changes_timing_only(head_dim, gqa, layout, ctx):
+    """The tensor-core pass's L2 prefetch (ModelArgs::attn_prefetch rounds ahead, cp.async.bulk.prefetch.L2 of
+    slices every KV head's block shares in NHD memory, of the head's own rows in HND memory) is a hint: none, one,
+    the default and four rounds ahead give the same tokens, logits and caches bit for bit, on splits of 1 to 125
+    tiles (ctx 300, 4096, 31999 over 16 splits of 8 KV heads or 66 of 2), and no wait times out."""
+    w, caches, mk = _model("qwen3" if gqa == 2 else "llama", head_dim, gqa, gqa != 2, layout=layout)
+    variants = [{"attn_prefetch": 0}, {"attn_prefetch": 1}, {}, {"attn_prefetch": 4}]
+    _assert_launches_agree(w, caches, mk, ctx, ctx % 97, 53, variants)
 
 
 @pytest.mark.parametrize("gqa,ctx", [(2, 40), (2, 300), (4, 100), (8, 40)])
@@ -370,25 +399,14 @@ def test_attention_pass_widths_agree(gqa, ctx):
     other = dataclasses.replace(planned, heads_per_pass=4 if planned.heads_per_pass == 2 else 2)
     pos, slot, bt = _prepare(w, caches, ctx, 29)
     init = [c.clone() for c in caches]
-    ids, p, sl = torch.tensor([91], device=DEV), torch.tensor([pos], device=DEV), torch.tensor([slot], device=DEV)
     results = []
     try:
         for plan in (planned, other):
             mk.plan = plan
-            for c, c0 in zip(caches, init):
-                c.copy_(c0)
-            logits = torch.full((4, mk.logical_vocab), math.nan, dtype=torch.bfloat16, device=DEV)
-            tokens, count = mk.generate(ids, p, bt, sl, 4, logits_out=logits)
-            torch.cuda.synchronize()
-            assert mk.diagnostics() is None, mk.diagnostics()
-            results.append((tokens.tolist(), int(count.item()), logits.view(torch.int16).clone(),
-                            [c.view(torch.int16).clone() for c in caches]))
+            results.append(_k4_launch(mk, caches, init, pos, slot, bt, 91))
     finally:
         mk.plan = planned
-    (t0, n0, l0, c0), (t1, n1, l1, c1) = results
-    assert n0 == n1 == 4 and t0 == t1, (t0, t1)
-    assert torch.equal(l0, l1), "logits differ"
-    assert all(torch.equal(a, b) for a, b in zip(c0, c1)), "caches differ"
+    _assert_same_launches(results)
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.5])  # 1: no division; 0.5: division exact, whatever the rounding

@@ -219,6 +219,7 @@ class Monokernel:
             "slot_bytes": plan.slot_bytes, "fp8_scaling": layout.FP8_SCALING[weights.fp8],
             "fp8_scales": self.fp8_scale_table.data_ptr() if self.fp8_scale_table is not None else 0,
             "attn_mode": layout.CONFIG["kAttnMode"],
+            "attn_prefetch": layout.CONFIG["kAttnPrefetchRounds"],
             **moe_fields,
         }  # fmt: skip
         self._model_values = model

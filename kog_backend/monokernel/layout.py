@@ -70,6 +70,7 @@ MODEL_FIELDS: tuple[tuple[str, str, int], ...] = (
     ("fp8_scaling", "i", 1),
     ("fp8_scales", "p", 1),
     ("attn_mode", "i", 1),
+    ("attn_prefetch", "i", 1),
     # mixture of experts (args.cuh; moe_top_k 0: a dense model)
     ("moe_top_k", "i", 1),
     ("moe_experts", "i", 1),
@@ -163,6 +164,7 @@ CONFIG: dict[str, int] = {
     "kAttnModeMma": 1,
     "kAttnModeMmaWide": 2,
     "kAttnTileLen": 16,
+    "kAttnPrefetchRounds": 2,
 }
 CONFIG_NAMES = tuple(CONFIG)
 

@@ -133,6 +133,9 @@ struct ModelArgs {
   // How attention splits longer than kAttnShortLen run: kAttnModeRounds, kAttnModeMma or kAttnModeMmaWide
   // (config.cuh; MonoConfig::kAttnMode).
   int64_t attn_mode;
+  // Rounds of K / V tiles a warp of a tensor-core attention pass sends towards L2 ahead of its loads (0: none;
+  // MonoConfig::kAttnPrefetchRounds, attention_mma.cuh).
+  int64_t attn_prefetch;
   // Mixture of experts (the MoE kernel instantiation, moe_stages.cuh; docs/moe.md). moe_top_k 0: a dense model.
   // In a MoE table inter is moe_top_k x moe_inter (the layer's act holds every slot's silu(gate) * up, slot-major),
   // LayerArgs::gate_up / down point at vLLM's fused w13 [E, 2 I, H] / w2 [E, H, I], and stage kStageGU / kStageDown

@@ -221,6 +221,11 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
     return;
   }
   if constexpr (diag::kSaltMid > 0) diag::salt_mid(nh < 0);  // (diagnostics.cuh)
+  // Splits longer than kAttnShortLen run on the tensor cores unless the mode says otherwise; their first rounds head
+  // for L2 now, while this token's q and K / V are still on their way (the tagged reads below wait for them).
+  const bool mma = task.mode != kAttnModeRounds && task.end - task.start > MonoConfig::kAttnShortLen;
+  const KvPrefetch pf = kv_prefetch_span<D>(src, nkv, kvh, s_head);
+  if (mma && task.prefetch > 0 && pf.bytes != 0) prefetch_mma_pass_start<D>(src, pf, task);
 
   float* qs = work;                     // [kAttnQRows][D] rotated q of this pass
   float* wm = qs + kAttnQRows * D;      // [W][HP]    per-warp running max
@@ -254,7 +259,6 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
 
     // Query heads of one pass over the split's K / V: HP, or on the tensor cores with kAttnModeMmaWide every query
     // head of the KV head up to the mma's kMmaColumns (one read of the split's K / V instead of ceil(g / HP)).
-    const bool mma = task.mode != kAttnModeRounds && task.end - task.start > MonoConfig::kAttnShortLen;
     const int pass_heads = mma && task.mode == kAttnModeMmaWide ? min(g, kMmaColumns) : HP;
     for (int hb = 0; hb < g; hb += pass_heads) {
       const int hq = min(pass_heads, g - hb);
@@ -278,7 +282,7 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
 
       if (mma) {
         // Tensor cores: the warps' states leave registers HP heads at a time (wacc holds HP per warp).
-        const MmaState<D> st = attend_positions_mma<D>(src, task, hq, scale, qs);
+        const MmaState<D> st = attend_positions_mma<D>(src, pf, task, hq, scale, qs);
         for (int ob = 0; ob < hq; ob += HP) {
           const int hp = min(HP, hq - ob);
           store_mma_state<D, HP>(st, ob, hp, wm, wl, wacc);

@@ -122,6 +122,76 @@ __device__ __forceinline__ void load_mma_tile(const KvSource& src, int end, int 
   }
 }
 
+// Tiles a warp loads in one round before their first use (registers: 32 / 64 per tile for head dim 64 / 128): a
+// round is 8 KiB of K and V per warp for both head dims.
+template <int D>
+constexpr int kMmaRoundTiles = D == 64 ? 2 : 1;
+
+// Positions between one round of a warp and its next: the W warps' rounds are contiguous, warp w's at
+// start + w 16 kMmaRoundTiles.
+template <int D>
+constexpr int kMmaRoundStride = MonoConfig::kConsumerWarps * MonoConfig::kAttnTileLen * kMmaRoundTiles<D>;
+
+// What one tile's L2 prefetch covers (attention_mma's prefetch_mma_round): its 16 positions of K and V, as one
+// contiguous span of `bytes` starting `delta` elements from the tile's first K row of this KV head.
+//   vLLM's NHD memory ([block][position][KV head][K | V], s_pos = nkv s_head, V inside the head's row): the 16
+//     positions of every KV head are one span of 16 s_pos elements; the nkv blocks that take the same split of
+//     their KV heads read all of it at about the same time, so KV head h's block sends slice h of it (16 s_head
+//     elements): between them the nkv blocks prefetch each byte once.
+//   HND memory ([block][KV head][position][K | V], V inside the position's row): the head's 16 rows are one span
+//     of 16 s_pos elements.
+// Either way 64 D bytes (K and V of 16 positions); bytes 0 (no prefetch) for any other layout or alignment.
+struct KvPrefetch {
+  int64_t delta;
+  uint32_t bytes;
+};
+
+template <int D>
+__device__ __forceinline__ KvPrefetch kv_prefetch_span(const KvSource& src, int nkv, int kvh, int64_t s_head) {
+  const int64_t gap = src.v - src.k;  // V's offset from K in a row, in elements (vLLM's: D)
+  const bool aligned = (src.s_blk | src.s_pos | s_head) % 8 == 0 && gap % 8 == 0;  // 16-byte spans
+  const int64_t span = MonoConfig::kAttnTileLen * (src.s_pos == nkv * s_head ? s_head : src.s_pos);
+  if (aligned && gap >= 0 && src.s_pos == nkv * s_head && gap + D <= s_head) {
+    return {kvh * span - src.head_off, static_cast<uint32_t>(span * 2)};
+  }
+  if (aligned && gap >= 0 && s_head >= MonoConfig::kAttnTileLen * src.s_pos && gap + D <= src.s_pos) {
+    return {0, static_cast<uint32_t>(span * 2)};
+  }
+  return {0, 0u};
+}
+
+// Sends this warp's round at `base` towards L2 (cp.async.bulk.prefetch.L2 from lane 0, a hint: nothing waits for
+// it and no register holds its data), so that the round's loads hit L2 when it comes. A bulk operation takes its
+// address from uniform registers, so one lane issues it (from 32 lanes ptxas loops over them, one per trip).
+// Tiles wholly past the split's end or without a block are skipped. A prefetched row may still be written before
+// it is read (this token's row, appended by the owning split): the write lands in the same L2 line, the single
+// cached copy that the ld.global.cg loads read.
+template <int D>
+__device__ __forceinline__ void prefetch_mma_round(const KvSource& src, const KvPrefetch& pf, int end, int base) {
+  if ((threadIdx.x & 31) != 0) return;
+#pragma unroll
+  for (int u = 0; u < kMmaRoundTiles<D>; ++u) {
+    const int tile = base + MonoConfig::kAttnTileLen * u;
+    if (tile >= end) break;
+    const int64_t row0 = src.row(tile);
+    if (row0 >= 0) bulk_prefetch_l2(src.k + row0 + pf.delta, pf.bytes);
+  }
+}
+
+// The first task.prefetch rounds of this warp's tensor-core pass, sent towards L2 before the pass can start (while
+// the block waits for this token's q): attend_positions_mma then keeps task.prefetch rounds ahead.
+template <int D>
+__device__ __forceinline__ void prefetch_mma_pass_start(const KvSource& src, const KvPrefetch& pf,
+                                                        const AttnTask& task) {
+  const int warp = threadIdx.x >> 5;
+  const int first = task.start + warp * MonoConfig::kAttnTileLen * kMmaRoundTiles<D>;
+  for (int r = 0; r < task.prefetch; ++r) {
+    const int base = first + r * kMmaRoundStride<D>;
+    if (base >= task.end) break;
+    prefetch_mma_round<D>(src, pf, task.end, base);
+  }
+}
+
 // A warp's state after its pass, for head columns 2t and 2t + 1 of lane (g, t): O^T's C registers per m-tile
 // ([dim (D / 8) g + 2m][2t, 2t + 1], [dim + 1][2t, 2t + 1]), the running max and the warp's sum of P.
 template <int D>
@@ -131,14 +201,18 @@ struct MmaState {
 };
 
 // One pass over the split for hq <= kMmaColumns query heads whose rotated q (fp32) are rows of qs [hq][D].
-// Tiles of a round are warp-contiguous: warp w takes [start + (r W + w) 16 kTiles, + 16 kTiles).
+// Tiles of a round are warp-contiguous: warp w takes [start + (r W + w) 16 kTiles, + 16 kTiles). Each round first
+// sends the warp's round task.prefetch rounds later towards L2 (prefetch_mma_pass_start sent the first ones).
 template <int D>
-__device__ __forceinline__ MmaState<D> attend_positions_mma(const KvSource& src, const AttnTask& task, int hq,
-                                                            float scale, const float* qs) {
+__device__ __forceinline__ MmaState<D> attend_positions_mma(const KvSource& src, const KvPrefetch& pf,
+                                                            const AttnTask& task, int hq, float scale,
+                                                            const float* qs) {
   static_assert(D == 64 || D == 128, "head dims 64 and 128");
-  constexpr int W = MonoConfig::kConsumerWarps;
-  constexpr int KS = D / 16;                // k-steps of S^T, m-tiles of O^T
-  constexpr int kTiles = D == 64 ? 2 : 1;   // tiles a warp loads before the first use (registers: 32 / 64 per tile)
+  constexpr int KS = D / 16;  // k-steps of S^T, m-tiles of O^T
+  constexpr int kTiles = kMmaRoundTiles<D>;
+  constexpr int kStride = kMmaRoundStride<D>;
+  // Positions between a round and the round it sends towards L2 (0: no prefetch).
+  const int ahead = pf.bytes != 0 ? task.prefetch * kStride : 0;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
 
@@ -157,7 +231,8 @@ __device__ __forceinline__ MmaState<D> attend_positions_mma(const KvSource& src,
   st.mrow[0] = st.mrow[1] = -INFINITY;
   st.lrow[0] = st.lrow[1] = 0.f;
 
-  for (int base = task.start + warp * 16 * kTiles; base < task.end; base += W * 16 * kTiles) {
+  for (int base = task.start + warp * 16 * kTiles; base < task.end; base += kStride) {
+    if (ahead > 0) prefetch_mma_round<D>(src, pf, task.end, base + ahead);
     MmaTile<D> tl[kTiles];
 #pragma unroll
     for (int u = 0; u < kTiles; ++u) load_mma_tile<D>(src, task.end, base + 16 * u, g, t, tl[u]);

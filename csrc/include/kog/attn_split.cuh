@@ -19,6 +19,7 @@ struct AttnTask {
   int bt_count;  // -1: not cached, read the block table from global memory
   bool single;   // one split per KV head: split 0 covers the context and writes the output (others are empty)
   int mode;      // how splits longer than kAttnShortLen run (ModelArgs::attn_mode: kAttnMode*, config.cuh)
+  int prefetch;  // rounds of tiles a tensor-core pass keeps on their way into L2 (ModelArgs::attn_prefetch)
 };
 
 struct KvSource {

@@ -70,6 +70,7 @@ __device__ __forceinline__ void plan_attention_split(const Consumers<D, HP, kSam
   if (task.end < task.start) task.end = task.start;
   task.owner = task.start <= pos && pos < task.end;
   task.mode = static_cast<int>(c.m.attn_mode);
+  task.prefetch = static_cast<int>(c.m.attn_prefetch);
   task.bt_count = -1;
   if (task.end > task.start) {
     const int first = task.start / bs, last = (task.end - 1) / bs;
