@@ -36,8 +36,8 @@ weights rounded to the activations' dtype, expert outputs scaled in that dtype a
 (models/qwen3_moe/modeling_qwen3_moe.py:241-245, 259-266). tests/test_moe_step.py compares the two.
 
 Qwen3-MoE configs may make some layers dense (mlp_only_layers, decoder_sparse_step > 1) and Qwen2-MoE adds a shared
-expert: this reference covers the sparse-only layout of Qwen3-30B-A3B and Qwen3-Coder-30B-A3B. The kog path runs
-MoE model unless the kog option `moe_kernel` is on (kog_backend.path.gate.model, reason `moe_kernel`).
+expert: this reference covers the sparse-only layout of Qwen3-30B-A3B and Qwen3-Coder-30B-A3B. Without the kog option
+`moe_kernel` the gate refuses every MoE model (kog_backend.path.gate.model, reason `mixture_of_experts`).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def expert_outputs(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, r: Rout
 
 def silu_and_mul_op(gate_up: torch.Tensor) -> torch.Tensor:
     """vLLM's silu_and_mul op on [..., 2 I] (gate, up): silu(gate) in fp32 rounded to the input's dtype, times up,
-    rounded again (the dense step's torch_step.silu_and_mul rounds once: torch.compile fuses vLLM's native form)."""
+    rounded again (the dense step's torch_step.silu_and_mul rounds once, as the dense kernel does)."""
     g, u = gate_up.chunk(2, dim=-1)
     silu = (g.float() / (1.0 + torch.exp(-g.float()))).to(gate_up.dtype)
     return (silu.float() * u.float()).to(gate_up.dtype)
