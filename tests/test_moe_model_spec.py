@@ -1,7 +1,8 @@
 """model_spec.from_vllm_model on a Qwen3-MoE model as vLLM 0.26 holds it after loading (a stand-in of its modules:
-mlp.gate, mlp.experts.w13_weight / w2_weight): with the kog option moe_kernel, views of vLLM's own parameters as
-moe_step.MoeDecoderWeights, which the MoE kernel's gate accepts; without it, the mixture-of-experts reason; configs
-with dense layers or quantised weights refused with theirs. Fresh random weights each run."""
+mlp.gate, mlp.experts.routed_experts.w13_weight / w2_weight, mlp.experts being a MoERunner): with the kog option
+moe_kernel, views of vLLM's own parameters as moe_step.MoeDecoderWeights, which the MoE kernel's gate accepts; without
+it, the mixture-of-experts reason; configs with dense layers, quantised weights or another MoE backend refused with
+theirs. Fresh random weights each run."""
 
 from __future__ import annotations
 
@@ -43,9 +44,9 @@ def _vllm_moe_model(w, backend=TRITON, **hf_over):
                 num_heads=s.num_heads, num_kv_heads=s.num_kv_heads, rotary_emb=rope, attn=Node(sinks=None),
                 q_norm=Node(weight=_param(lw.q_norm)), k_norm=Node(weight=_param(lw.k_norm)),
             ),
-            mlp=Node(gate=Node(weight=_param(lw.router)),
-                     experts=Node(w13_weight=_param(lw.w13), w2_weight=_param(lw.w2),
-                                  quant_method=Node(unquantized_backend=backend))),
+            mlp=Node(gate=Node(weight=_param(lw.router)),  # vLLM 0.26: mlp.experts is a MoERunner
+                     experts=Node(routed_experts=Node(w13_weight=_param(lw.w13), w2_weight=_param(lw.w2),
+                                                      quant_method=Node(unquantized_backend=backend)))),
         ))  # fmt: skip
     model = Node(model=Node(layers=torch.nn.ModuleList(layers), embed_tokens=Node(weight=_param(w.embed)),
                             norm=Node(weight=_param(w.final_norm))),
@@ -70,8 +71,8 @@ def test_qwen3_moe_is_read_as_views_of_vllm_parameters():
     got = model_spec.from_vllm_model(model, config, moe_kernel=True)
     assert got.moe == w.moe and got.shape == w.shape
     for i, (lw, layer) in enumerate(zip(got.layers, model.model.layers)):
-        assert lw.router is layer.mlp.gate.weight and lw.w13 is layer.mlp.experts.w13_weight, i
-        assert lw.w2 is layer.mlp.experts.w2_weight and lw.qkv is layer.self_attn.qkv_proj.weight, i
+        assert lw.router is layer.mlp.gate.weight and lw.w13 is layer.mlp.experts.routed_experts.w13_weight, i
+        assert lw.w2 is layer.mlp.experts.routed_experts.w2_weight and lw.qkv is layer.self_attn.qkv_proj.weight, i
         assert torch.equal(lw.w13, w.layers[i].w13) and lw.q_norm is layer.self_attn.q_norm.weight
     assert got.lm_head is model.lm_head.weight and got.embed is model.model.embed_tokens.weight
     assert mk_gate.weights_reason(got, CPU) is None

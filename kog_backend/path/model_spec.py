@@ -278,15 +278,18 @@ def _attention_shape(model: Any, hf: Any, arch: str, vllm_config: Any, intermedi
 
 def _moe_weights(model: Any, hf: Any, moe: Any, arch: str, vllm_config: Any) -> Any:
     """A Qwen3-MoE model's views (moe_step.MoeDecoderWeights): per layer the attention's and norms' parameters, the
-    router (mlp.gate) and vLLM's fused experts (mlp.experts.w13_weight [E, 2 I, H], w2_weight [E, H, I]; the MoE
-    kernel's gate checks their shapes, weights_reason)."""
+    router (mlp.gate) and vLLM's fused experts (mlp.experts.routed_experts.w13_weight [E, 2 I, H], w2_weight
+    [E, H, I]; the MoE kernel's gate checks their shapes, weights_reason)."""
     from kog_backend.reference.moe_step import MoeDecoderWeights, MoeLayerWeights
 
     inner = model.model
     layers = []
     for i, layer in enumerate(inner.layers):
         attn, mlp = layer.self_attn, layer.mlp
+        # vLLM 0.26's FusedMoE(...) builds a MoERunner (fused_moe/layer.py): its routed_experts module holds the
+        # fused weights and the quant method (fused_moe/runner/moe_runner.py, routed_experts.py).
         experts = getattr(mlp, "experts", None)
+        experts = getattr(experts, "routed_experts", experts)
         if experts is None or not hasattr(mlp, "gate") or not hasattr(experts, "w13_weight"):
             _refuse(model_gate.REASONS["mlp_not_dense"].format(layer=i, mlp=type(mlp).__name__))
         _refuse(model_gate.moe_backend_reason(getattr(getattr(experts, "quant_method", None), "unquantized_backend",

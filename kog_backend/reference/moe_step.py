@@ -4,11 +4,12 @@ are the dense step's (kog_backend.reference.torch_step); the sparse MoE block re
 
 Weights per layer (bf16, row-major [out, in]), as vLLM 0.26 holds them:
   router  [E, H]        mlp.gate.weight, a ReplicatedLinear (model_executor/models/qwen3_moe.py:172-178)
-  w13     [E, 2 I, H]   mlp.experts.w13_weight: per expert rows [0, I) gate_proj, [I, 2 I) up_proj
+  w13     [E, 2 I, H]   mlp.experts.routed_experts.w13_weight (mlp.experts is a MoERunner, fused_moe/layer.py):
+                        per expert rows [0, I) gate_proj, [I, 2 I) up_proj
                         (model_executor/layers/fused_moe/unquantized_fused_moe_method.py:102-111 allocates it;
                         fused_moe/routed_experts.py:483-489 loads checkpoint shard w1 = gate_proj into rows [0, I)
                         and w3 = up_proj into rows [I, 2 I))
-  w2      [E, H, I]     mlp.experts.w2_weight (unquantized_fused_moe_method.py:121-131), down_proj
+  w2      [E, H, I]     mlp.experts.routed_experts.w2_weight (unquantized_fused_moe_method.py:121-131), down_proj
 I is moe_intermediate_size; E num_experts; k num_experts_per_tok.
 
 Numeric recipe of the MoE block, after vLLM 0.26's unquantized Triton path (what fused_moe/oracle/unquantized.py:
