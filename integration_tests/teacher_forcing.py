@@ -23,6 +23,7 @@ import os
 from typing import Any
 
 import torch
+from vllm_helpers import child_result
 
 
 @dataclasses.dataclass
@@ -117,12 +118,7 @@ def record(model: str, engine_kwargs: dict, prompt_ids: list[int], max_tokens: i
     queue = ctx.Queue()
     proc = ctx.Process(target=_record, args=(queue, model, engine_kwargs, prompt_ids, max_tokens, force, warm, reseed))
     proc.start()
-    try:
-        tokens, logits, stats, cached = queue.get(timeout=timeout_s)
-    finally:
-        proc.join(60)
-        if proc.is_alive():
-            proc.kill()
+    tokens, logits, stats, cached = child_result(proc, queue, timeout_s)
     return Recording(tokens, torch.from_numpy(logits), stats, cached)
 
 

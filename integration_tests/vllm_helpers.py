@@ -76,14 +76,34 @@ def kog_stats(llm) -> dict:
 
 def run_in_spawned_child(target, *args, timeout: float = 300.0):
     """target(queue, *args) in a spawned process; returns what it put on the queue. The child's GPU memory is
-    returned when it exits (engines in one pytest process otherwise keep theirs); a child still alive 60 s after
-    answering is killed."""
+    returned when it exits (engines in one pytest process otherwise keep theirs)."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     proc = ctx.Process(target=target, args=(queue, *args))
     proc.start()
+    return child_result(proc, queue, timeout)
+
+
+def child_result(proc, queue, timeout: float):
+    """What the child process `proc` put on `queue`, polled every 5 s so that a child that died without answering
+    (an engine that failed to start) fails the test at once rather than after `timeout`; the child is then joined,
+    and killed when still alive 60 s after."""
+    import queue as queue_errors
+    import time
+
+    deadline = time.monotonic() + timeout
     try:
-        return queue.get(timeout=timeout)
+        while True:
+            try:
+                return queue.get(timeout=5)
+            except queue_errors.Empty:
+                if proc.exitcode is not None:
+                    try:  # (an answer put just before the child exited)
+                        return queue.get(timeout=1)
+                    except queue_errors.Empty:
+                        raise RuntimeError(f"child process exited with code {proc.exitcode} without a result") from None
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no result from the child process in {timeout:.0f} s") from None
     finally:
         proc.join(60)
         if proc.is_alive():
