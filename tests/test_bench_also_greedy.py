@@ -287,6 +287,11 @@ def test_sweep_with_also_greedy(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert f"sampled kog / greedy kog, ckpt prompt 32: {100 * 0.8 / 0.84:.1f}%" in out
     assert next(l for l in out.splitlines() if l.startswith("ckpt greedy") and " 64 " in l)
+    # The same sweep again: both lengths (with their greedy rows) are reused, no engine runs.
+    run_child, calls = _fake_child_also_greedy()
+    monkeypatch.setattr(offline, "run_child", run_child)
+    assert bench_cmd.run(args) == 0 and not calls
+    assert "prompt 64 tokens: reusing" in capsys.readouterr().err
 
 
 # ---- the report: table, JSON, old files -------------------------------------------------------------------------

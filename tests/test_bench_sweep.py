@@ -10,6 +10,7 @@ import os
 import pytest
 
 from kog_backend.tools.bench import model_bytes, offline
+from kog_backend.tools.bench.results import BenchReport
 from kog_backend.tools.bench.sweep import SweepReport, format_sweep_table, parse_prompt_lens
 from kog_backend.tools.commands import bench as bench_cmd
 from kog_backend.tools.fixtures import shapes
@@ -221,3 +222,17 @@ def test_sweep_reuses_lengths_measured_earlier(tmp_path, monkeypatch, capsys):
         monkeypatch.setattr(offline, "run_child", run_child)
         args = _args(tmp_path, "--prompt-lens", "2000", "--greedy", "--model", ckpt, "--no-chart", *extra)
         assert bench_cmd.run(args) == 0 and len(calls) == 2, extra
+
+
+def test_sweep_measures_again_a_length_with_a_failed_row(tmp_path, monkeypatch, capsys):
+    """A length whose earlier bench.json holds a failed engine is not reused: it is measured again."""
+    ckpt = _ckpt(tmp_path, 131072)
+    code, calls = _run_sweep(tmp_path, monkeypatch, "2000", "--model", ckpt, "--no-chart", "--commit", "c1")
+    assert code == 0 and len(calls) == 2
+    path = str(tmp_path / "out" / "prompt-2000" / "bench.json")
+    point = BenchReport.load(path)
+    point.models[0].row("kog").ok = False
+    point.save(path)
+    code, calls = _run_sweep(tmp_path, monkeypatch, "2000", "--model", ckpt, "--no-chart", "--commit", "c1")
+    assert code == 0 and len(calls) == 2
+    assert "prompt 2000 tokens: reusing" not in capsys.readouterr().err

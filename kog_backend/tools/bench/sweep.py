@@ -108,15 +108,18 @@ def _comparable(settings: dict[str, Any]) -> str:
 
 
 def reusable_point(path: str, settings: dict[str, Any], labels: list[str], commit: str) -> BenchReport | None:
-    """The earlier run at `path` (a prompt-N/bench.json) when it measured these models at this commit with these
-    settings (the prompt length aside), else None."""
+    """The earlier run at `path` (a prompt-N/bench.json) when it measured these models (labels: with --also-greedy
+    their "<model> greedy" rows too) at this commit with these settings (the prompt length aside) and every row of it
+    succeeded, else None: a point with a failed engine is measured again."""
     try:
         point = BenchReport.load(path)
     except (OSError, ValueError):
         return None
     if point.commit != commit or _comparable(point.settings) != _comparable(settings):
         return None
-    return point if sorted(m.model for m in point.models) == sorted(labels) else None
+    if sorted(m.model for m in point.models) != sorted(labels):
+        return None
+    return point if all(r.ok for m in point.models for r in m.rows) else None
 
 
 def run_sweep(s: Any, prompt_lens: list[int], log=print) -> SweepReport:
@@ -124,7 +127,7 @@ def run_sweep(s: Any, prompt_lens: list[int], log=print) -> SweepReport:
     A length whose OUT/prompt-N/bench.json holds an earlier run of the same models with the same settings is
     reused, not measured again: a sweep too long for one sitting runs as several invocations over subsets of the
     lengths, and a last one over all of them assembles the table and chart."""
-    from kog_backend.tools.bench import environment, fp8, offline
+    from kog_backend.tools.bench import environment, fp8, greedy_rounds, offline
 
     commit = environment.commit(s.commit)
     models = [(name, *_model_config(name)) for name in s.models]
@@ -136,7 +139,10 @@ def run_sweep(s: Any, prompt_lens: list[int], log=print) -> SweepReport:
             try:
                 offline.max_model_len(cfg, dataclasses.replace(s, prompt_len=n))
                 names.append(name)
-                labels += [label + v.label_suffix for v in fp8.variants(s.fp8, s.also_bf16)]  # --fp8, --also-bf16
+                measured = [label + v.label_suffix for v in fp8.variants(s.fp8, s.also_bf16)]  # --fp8, --also-bf16
+                labels += measured
+                if s.also_greedy:  # each model's greedy rounds are a ModelResult of their own (greedy_rounds.py)
+                    labels += [m + greedy_rounds.LABEL_SUFFIX for m in measured]
             except ValueError as e:
                 report.skipped.append(Skipped(label, n, str(e)))
                 log(f"skipping {label} at prompt {n}: {e}")
