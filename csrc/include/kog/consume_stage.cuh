@@ -54,7 +54,9 @@ __device__ __forceinline__ void consume_chunks(const ModelArgs& m, SmemHeader& h
   uint32_t* const ctrs = m.counters;
   for (int c = c0, j = 0; c < n; c += G, ++j) {
     const int jb = j & (F - 1);  // this chunk's place in its batch
-    mbar_wait(&hdr.full[ring.slot], ring.phase, ctrs, kSiteFull);
+    // (An abort may end this wait with the slot's copy still in flight: the loader then issues nothing more and drains
+    // its copies before the block exits; this launch's results are discarded.)
+    if (!mbar_wait(&hdr.full[ring.slot], ring.phase, ctrs, kSiteFull)) hdr.abandoned = 1;
     if (landed_ev >= 0 && c + G >= n && threadIdx.x == 0) tr.mark(t, l, landed_ev);
     float a0, a1;
     if constexpr (kFp8W) {

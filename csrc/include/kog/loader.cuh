@@ -164,8 +164,15 @@ __device__ __forceinline__ void prefetch_chunk_l2(const Chunk& ch) {
 // With stage_end_copies / attn_end_copies below num_slots it holds around the block's hand-offs (handoff_hold.cuh).
 // No deadlock: a loader held at a hand-off has issued every chunk up to it, so the earliest hand-off not yet made
 // anywhere has all its chunks in its ring and, by induction over the schedule, all its inputs on their way.
+// Where the loader stopped: the ring position after its last copy and how many it issued (drain_copies).
+struct LoaderExit {
+  int slot;
+  uint32_t phase;
+  int issued;
+};
+
 template <bool kTP, bool kFp8, bool kMoe>
-__device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader& hdr, uint8_t* ring) {
+__device__ LoaderExit stream_chunks(const ModelArgs& m, const StepArgs& step, SmemHeader& hdr, uint8_t* ring) {
   static_assert(!kMoe || (!kTP && !kFp8), "the MoE kernel streams bf16 experts on one GPU");
   const uint64_t policy = l2_evict_first_policy();
   const int ns = static_cast<int>(m.num_slots);
@@ -198,6 +205,7 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
   // MoE: the (token, layer) whose route hdr.moe.ids holds, and the counters' epoch at the launch's start (token t's
   // route is published as epoch0 + t + 1).
   int route_t = -1, route_l = -1;
+  const auto stopped = [&] { return LoaderExit{slot, phase, issued}; };
   const uint32_t epoch0 = kMoe ? ld_relaxed(counter(ctrs, kCtrEpoch)) : 0u;
   for (int i = 0; i < ahead && !pref.done; ++i) {
     prefetch_chunk_l2(pref.chunk(geo));
@@ -207,15 +215,18 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
     if (fill.t > cur_t) {
       // The next token's weights are the same bytes; wait until the consumers know whether it exists.
       const long long t0 = clock64();
-      // (tok_stop also ends the wait: a block that owns no chunk of token t + 1 waits here for t + 2.)
+      // (tok_stop also ends the wait: a block that owns no chunk of token t + 1 waits here for t + 2.) The consumers'
+      // thread 0 decides for the block after every token, an abort included (token_stops): the loader follows that
+      // one decision, so that it never leaves consumers that go on without it.
       while (hdr.tok_go < fill.t && hdr.tok_stop == 0) {
         __nanosleep(64);
-        if (clock64() - t0 > kWaitTimeoutCycles || aborted(m.counters)) {
+        if (clock64() - t0 > kWaitTimeoutCycles) {
           record_abort(m.counters, kSiteTokenGo, static_cast<uint32_t>(fill.t), 0u, 0u);
-          return;
+          return stopped();
         }
       }
-      if (hdr.tok_stop) return;
+      __threadfence_block();  // tok_stop read after tok_go (token_stops writes tok_stop, a fence, then tok_go)
+      if (hdr.tok_stop) return stopped();
       cur_t = fill.t;
     }
     if constexpr (kMoe) {
@@ -226,7 +237,7 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
           (fill.t != route_t || fill.l != route_l)) {
         spin_until(ctrs, static_cast<int>(hdr.moe.ctr_base) + 2 * fill.l + 1, epoch0 + static_cast<uint32_t>(fill.t) + 1u,
                    false);
-        if (aborted(ctrs)) return;
+        if (aborted(ctrs)) return stopped();
         const int32_t* r = hdr.moe.route + static_cast<size_t>(fill.l) * 2 * kMoeMaxTopK;
         for (int s = 0; s < hdr.moe.top_k; ++s) hdr.moe.ids[s] = static_cast<int>(ld_cg_u32(reinterpret_cast<const uint32_t*>(r) + s));
         route_t = fill.t;
@@ -240,7 +251,7 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
       mark_t = fill.t;
       mark_l = fill.l;
     }
-    if (holding && !hh.before_issue(hdr.released, issued, ctrs)) return;
+    if (holding && !hh.before_issue(hdr.released, issued, ctrs)) return stopped();
     if (stall_ahead > 0) {  // the slot still being read: the ring is full, HBM idles for this SM
       while (lead < stall_ahead && !pref.done && !mbar_test_wait(&hdr.empty[slot], phase ^ 1u)) {
         prefetch_chunk_l2(pref.chunk(geo));
@@ -248,7 +259,7 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
         ++lead;
       }
     }
-    mbar_wait(&hdr.empty[slot], phase ^ 1u, ctrs, kSiteEmpty);
+    if (!mbar_wait(&hdr.empty[slot], phase ^ 1u, ctrs, kSiteEmpty)) return stopped();
     int capn = cap;
     if constexpr (kFp8) capn = fp8_inflight_cap(cap, ns, slot_bytes, ch.bytes0 + ch.bytes1);
     if (capn > 0 && capn < ns && issued >= capn) {
@@ -262,8 +273,12 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
         ps += ns;
         pp ^= 1u;
       }
-      mbar_wait(&hdr.full[ps], pp, ctrs, kSiteFull);
+      if (!mbar_wait(&hdr.full[ps], pp, ctrs, kSiteFull, false)) return stopped();  // (a copy it issued)
     }
+    // A consumer gave up on a slot after an abort (consume_stage.cuh): no copy may follow (it could re-arm a slot
+    // whose copy is still in flight); the ones issued are drained. The flag is read after the empty wait, whose
+    // acquire orders it after the consumers' arrivals that released the slot.
+    if (hdr.abandoned) return stopped();
     if constexpr (diag::kNoCopy) {  // (diagnostics.cuh) the slot marked full, nothing copied
       mbar_arrive(&hdr.full[slot]);
     } else if (fill.fp8_stage()) {
@@ -332,6 +347,31 @@ __device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader&
       pref.advance(hot, geo, ntok);
     }
   }
+  return stopped();
+}
+
+// Waits until every bulk copy the loader issued has landed, so that the block never exits (its shared memory
+// going to the next kernel on the SM) with a copy in flight: after an abort the consumers may have stopped
+// waiting for some. At most the last ns copies can be pending, one per slot (a slot is re-armed only after its
+// previous copy was consumed, hence landed), and no later copy went into their slots, so each one's full phase
+// parity names it unambiguously. At the end of a launch that did not abort they have all landed already.
+__device__ __forceinline__ void drain_copies(SmemHeader& hdr, const LoaderExit& e, int ns, uint32_t* ctrs) {
+  const int n = min(e.issued, ns);
+  for (int i = 1; i <= n; ++i) {
+    int s = e.slot - i;
+    uint32_t p = e.phase;
+    if (s < 0) {
+      s += ns;
+      p ^= 1u;
+    }
+    mbar_wait(&hdr.full[s], p, ctrs, kSiteFull, false);
+  }
+}
+
+template <bool kTP, bool kFp8, bool kMoe>
+__device__ void run_loader(const ModelArgs& m, const StepArgs& step, SmemHeader& hdr, uint8_t* ring) {
+  const LoaderExit e = stream_chunks<kTP, kFp8, kMoe>(m, step, hdr, ring);
+  drain_copies(hdr, e, static_cast<int>(m.num_slots), m.counters);
 }
 
 }  // namespace kog

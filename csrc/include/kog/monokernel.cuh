@@ -75,6 +75,7 @@ __global__ void __launch_bounds__(MonoConfig::kThreads, 1) monokernel_kernel(con
     hdr.tok_go = 0;
     hdr.tok_stop = 0;
     hdr.released = -1;
+    hdr.abandoned = 0;
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();

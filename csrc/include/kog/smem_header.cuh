@@ -35,6 +35,9 @@ struct SmemHeader {
   volatile int tok_go;    // consumers -> loader: token index whose weights may stream
   volatile int tok_stop;  // consumers -> loader: stop after the token before tok_go
   volatile int released;  // consumers -> loader: hand_off_seq of the last hand-off this block made (-1: none)
+  // consumers -> loader: 1 once a consumer's full-slot wait gave up after an abort (its copy may still be in flight):
+  // the loader issues no further copy and drains the ones it issued before the block exits (loader.cuh).
+  volatile int abandoned;
   int64_t tp_delta[MonoConfig::kMaxTP];     // ModelArgs::tp_delta, copied at kernel start
   HotArgs hot;                              // copied at kernel start (see HotArgs)
   LayerArgs lay[2];                         // layer l's table in lay[l & 1], copied at the layer's start

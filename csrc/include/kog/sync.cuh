@@ -270,19 +270,22 @@ __device__ __forceinline__ bool mbar_test_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
   return done != 0;
 }
-// Waits for the phase of `bar` with this parity to complete (gives up after kWaitTimeoutCycles, see above, or
-// within kAbortPollCycles of another wait's abort).
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity, uint32_t* ctrs, uint32_t site) {
-  if (mbar_try_wait(bar, parity)) return;
+// Waits for the phase of `bar` with this parity to complete: true when it did; false when it gave up, after
+// kWaitTimeoutCycles (see above) or, if may_abandon, within kAbortPollCycles of another wait's abort. A wait on a
+// bulk copy this block has issued passes may_abandon false (an issued copy lands within microseconds; only a broken
+// device keeps it past the timeout): a block must not exit, nor re-arm the slot, while a copy into it is in flight.
+__device__ __forceinline__ bool mbar_wait(uint64_t* bar, uint32_t parity, uint32_t* ctrs, uint32_t site,
+                                          bool may_abandon = true) {
+  if (mbar_try_wait(bar, parity)) return true;
   const long long t0 = clock64();
   long long poll = t0 + kAbortPollCycles;
   for (;;) {
-    if (mbar_try_wait(bar, parity)) return;
+    if (mbar_try_wait(bar, parity)) return true;
     const long long now = clock64();
     if (now >= poll) {
-      if (aborted(ctrs) || now - t0 > kWaitTimeoutCycles) {
+      if ((may_abandon && aborted(ctrs)) || now - t0 > kWaitTimeoutCycles) {
         record_abort(ctrs, site, smem_addr(bar), parity, 0u);
-        return;
+        return false;
       }
       poll = now + kAbortPollCycles;
     }

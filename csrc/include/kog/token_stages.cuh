@@ -16,10 +16,8 @@
 namespace kog {
 
 // Token t's input: its id (the launch's input for token 0, else the token this launch made before it, which
-// every block has read after its token-ready wait), its position, KV-cache slot and embedding row. After an abort
-// the token-ready wait gave up (sync.cuh) and tokens_out[t - 1] may never have been written: this block then saw
-// the abort word (its own record, or the one that made its wait give up) and takes the launch's input id instead,
-// so that no garbage id addresses the embedding (the launch reports no token either way).
+// every block has read after its token-ready wait), its position, KV-cache slot and embedding row. A block reaches
+// token t >= 1 only when token_stops saw that wait complete with no abort, so tokens_out[t - 1] was written.
 template <int D, int HP, bool kSampled, bool kTP, bool kFp8, bool kMoe>
 __device__ __forceinline__ TokenStep begin_token(const Consumers<D, HP, kSampled, kTP, kFp8, kMoe>& c, int t) {
   const StepArgs& step = c.step;
@@ -28,7 +26,7 @@ __device__ __forceinline__ TokenStep begin_token(const Consumers<D, HP, kSampled
   const uint32_t next = e + 1u;
   const int pos = static_cast<int>(c.pos0) + t;
   int64_t token;
-  if (t == 0 || aborted(c.ctrs)) {
+  if (t == 0) {
     token = step.ids_int64 ? static_cast<const int64_t*>(step.input_ids)[0]
                            : static_cast<int64_t>(static_cast<const int32_t*>(step.input_ids)[0]);
   } else {
@@ -97,8 +95,10 @@ __device__ __forceinline__ bool token_stops(const Consumers<D, HP, kSampled, kTP
   consumer_wait(c.ctrs, kCtrTokenReady, tk.next);
   if (c.tid == 0) {
     c.tr.mark(t, c.L, kEvTokenSeen);
+    // (Both loads issued before either is used: one L2 round trip between tokens, not two.)
+    const bool ab = aborted(c.ctrs);
     const int64_t tok = static_cast<int64_t>(ld_cg_u64(step.tokens_out + t));
-    bool stop = tok < 0 || aborted(c.ctrs);  // tok < 0: cancelled (the run-ahead launch was abandoned by the host)
+    bool stop = (tok < 0) | ab;  // tok < 0: cancelled (the run-ahead launch was abandoned by the host)
     for (int i = 0; i < step.num_stop; ++i) stop |= __ldg(step.stop_ids + i) == tok;
     c.hdr.tok_stop = stop ? 1 : 0;
     __threadfence_block();
