@@ -398,3 +398,32 @@ def test_async_engine_loop_after_the_worker_turns_kog_off(make_scheduler, arriva
     _run_engine_loop(s, runner, arrivals)
     assert runner.aborted == 1 and not s.kog_enabled
     assert runner.empty_after_off <= 3, runner.empty_after_off
+
+
+@pytest.mark.parametrize("k", [K, 1])
+@pytest.mark.parametrize("arrivals", [[0], [0, 2]])
+def test_async_engine_loop_with_chunked_prefill(make_scheduler, arrivals, k):
+    """Prompts longer than the step's token budget (16: 20- and 23-token prompts in two chunks): vLLM schedules a
+    prompt's next chunk before the previous chunk's output (no token) comes back, so computed >= num_tokens there
+    although nothing was aborted; KogScheduler adjusts only kog steps' outputs, and every request's tokens follow
+    their positions (once the retake of a chunk's empty output broke vLLM's placeholder count)."""
+    s = make_scheduler(tokens_per_step=k, async_scheduling=True)
+    s.max_num_scheduled_tokens = 16
+    runner = _FakeRunner(k, abort_from=25)
+    _run_engine_loop(s, runner, arrivals)
+    assert runner.aborted == 1
+
+
+def test_reset_prefix_cache_during_a_burst_leaves_vllms_counts(make_scheduler):
+    """vLLM preempts a running request when the prefix cache is reset with reset_running_requests while its burst is
+    in flight, and discards that step's tokens: KogScheduler then adds nothing for the burst, so the request resumes
+    from position 0 with no placeholder left, as under stock scheduling."""
+    s = make_scheduler(async_scheduling=True)
+    r = _request("a", 31, max_tokens=100, ignore_eos=True)
+    s.add_request(r)
+    _step(s, {"a": [7]})
+    burst = s.schedule()
+    assert s.reset_prefix_cache(reset_running_requests=True)
+    s.update_from_output(burst, _output(burst, {"a": [8, 9, 10, 11]}))
+    assert r.num_computed_tokens == 0 and r.num_output_placeholders == 0, (r.num_computed_tokens,
+                                                                          r.num_output_placeholders)

@@ -35,6 +35,7 @@ from typing import Any
 from vllm.logger import init_logger
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.interface import PauseState
+from vllm.v1.request import RequestStatus
 
 from kog_backend.config import KogConfig
 from kog_backend.engine import scheduling
@@ -111,17 +112,25 @@ class KogScheduler(AsyncScheduler):
             self._pause_state = state
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
-        if scheduler_output is self.kog_step_in_flight:
+        # Only a step that may have been a kog step (one request's decode, may_be_kog_step) can return more tokens
+        # than scheduled or none where one was due: every other step is vLLM's, whose counts under async scheduling
+        # already include the steps scheduled after it (a prompt's next chunk makes computed >= num_tokens while this
+        # chunk's output, with no token, comes back), so none of it is adjusted here.
+        kog_step = scheduler_output is self.kog_step_in_flight
+        if kog_step:
             self.kog_step_in_flight = None
         sampled = model_runner_output.sampled_token_ids
         # (Once kog is off, none of this: kog_enabled drops in `schedule`, after the output of the step in flight
         # when the worker turned kog off, an aborted launch's, has come through here and been retaken.)
-        if sampled and self.kog_enabled and not scheduler_output.scheduled_spec_decode_tokens:
+        if kog_step and sampled and self.kog_enabled and not scheduler_output.scheduled_spec_decode_tokens:
             for req_id, idx in model_runner_output.req_id_to_index.items():
                 scheduled = scheduler_output.num_scheduled_tokens.get(req_id, 0)
                 extra = len(sampled[idx]) - scheduled
                 request = self.requests.get(req_id)
-                if request is None or request.is_finished():
+                # (A request vLLM preempted while the step was in flight, e.g. reset_prefix_cache with
+                # reset_running_requests, has its in-flight tokens discarded by vLLM: its counts are vLLM's.)
+                if (request is None or request.is_finished() or request.status != RequestStatus.RUNNING
+                        or request.async_tokens_to_discard > 0):
                     continue
                 if extra > 0:
                     request.num_computed_tokens += extra
