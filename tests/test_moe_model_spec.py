@@ -106,6 +106,49 @@ def test_moe_backends_other_than_triton_are_refused(backend):
         model_spec.from_vllm_model(model, config, moe_kernel=True)
 
 
+class FusedTopKRouter:  # vLLM's softmax top-k router (fused_moe/router/fused_topk_router.py), as the gate reads it
+    def __init__(self, renormalize, scoring_func="softmax"):
+        self.renormalize, self.scoring_func = renormalize, scoring_func
+
+
+class RoutingSimulatorRouter(FusedTopKRouter):  # VLLM_MOE_ROUTING_SIMULATION_STRATEGY's router
+    pass
+
+
+@pytest.mark.parametrize("case, match", [
+    ("tp2", "split over GPUs \\(tensor parallelism 2"),
+    ("expert_shards", r"w13 \[8, 256\] for \[16, 256\]"),
+    ("shared_expert", "layer 0 has a shared expert"),
+    ("simulated_router", "vLLM routes with RoutingSimulatorRouter"),
+    ("no_renormalize", r"FusedTopKRouter \(scoring softmax, renormalize False\)"),
+    ("vllm_router", None),
+])  # fmt: skip
+def test_moe_blocks_computed_otherwise_are_refused(case, match):
+    """A layer kog's MoE block would not compute as vLLM does is refused before any launch: experts split over GPUs
+    (tensor parallelism, or expert parallelism's share of E), a shared expert, a router other than vLLM's softmax
+    top-k with the config's renormalisation; vLLM's own router with norm_topk_prob passes."""
+    w = _weights()
+    model, config = _vllm_moe_model(w)
+    mlp = model.model.layers[0].mlp
+    if case == "tp2":
+        config.parallel_config.tensor_parallel_size = 2
+    elif case == "expert_shards":
+        mlp.experts.routed_experts.w13_weight = _param(w.layers[0].w13[:8])
+    elif case == "shared_expert":
+        mlp.shared_expert = Node()
+    elif case == "simulated_router":
+        mlp.experts.router = RoutingSimulatorRouter(True)
+    elif case == "no_renormalize":
+        mlp.experts.router = FusedTopKRouter(False)
+    else:
+        mlp.experts.router = FusedTopKRouter(True)
+    if match is None:
+        assert model_spec.from_vllm_model(model, config, moe_kernel=True).moe == w.moe
+        return
+    with pytest.raises(model_spec.UnsupportedModel, match=match):
+        model_spec.from_vllm_model(model, config, moe_kernel=True)
+
+
 def test_quantised_moe_is_refused():
     model, config = _vllm_moe_model(_weights())
     config.model_config.quantization = "fp8"

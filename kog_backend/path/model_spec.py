@@ -294,6 +294,10 @@ def _moe_weights(model: Any, hf: Any, moe: Any, arch: str, vllm_config: Any) -> 
             _refuse(model_gate.REASONS["mlp_not_dense"].format(layer=i, mlp=type(mlp).__name__))
         _refuse(model_gate.moe_backend_reason(getattr(getattr(experts, "quant_method", None), "unquantized_backend",
                                                           None)))
+        _refuse(model_gate.moe_block_reason(
+            i, vllm_config.parallel_config.tensor_parallel_size, tuple(experts.w13_weight.shape), moe,
+            getattr(mlp, "shared_expert", None), getattr(mlp.experts, "router", None),
+        ))  # fmt: skip
         layers.append(MoeLayerWeights(
             input_norm=layer.input_layernorm.weight, qkv=attn.qkv_proj.weight, q_norm=attn.q_norm.weight,
             k_norm=attn.k_norm.weight, o_proj=attn.o_proj.weight, post_norm=layer.post_attention_layernorm.weight,

@@ -40,6 +40,11 @@ REASONS = {
     "moe_quantized": "quantization {method} with mixture of experts: the MoE kernel streams bf16 experts",
     "moe_backend": "vLLM's MoE backend {backend}: the MoE kernel reads the experts as the Triton backend holds them "
                    "(w13 rows [0, I) gate, [I, 2 I) up; FlashInfer's CUTLASS backend swaps them)",
+    "moe_parallel": "mixture of experts split over GPUs (tensor parallelism {tp}, layer {layer} w13 {got} for {want}): "
+                    "kog's MoE block runs on one GPU, without the experts' all-reduce",
+    "moe_shared_expert": "layer {layer} has a shared expert: kog's MoE block has none",
+    "moe_router": "layer {layer}: vLLM routes with {router} (scoring {scoring}, renormalize {renormalize}); kog's MoE "
+                  "block routes by softmax top-k, renormalised as norm_topk_prob {norm}",
     "sliding_window": "sliding_window {window}: sliding-window attention is not supported",
     "rope_scaling": "rope_scaling {kind!r} is not supported (default and llama3 only)",
     "quantization": "quantization_config {method}: not supported",
@@ -113,6 +118,26 @@ def moe_backend_reason(backend: Any) -> str | None:
     it first on SM 90; --moe-backend or another GPU may pick FlashInfer's, which reorders w13)."""
     name = getattr(backend, "name", str(backend))
     return None if name == "TRITON" else REASONS["moe_backend"].format(backend=name)
+
+
+def moe_block_reason(layer: int, tp: int, w13_shape: tuple[int, ...], moe: Any, shared_expert: Any,
+                     router: Any) -> str | None:
+    """A Qwen3-MoE layer as vLLM 0.26 built it that kog's MoE block would not compute as vLLM does: experts split
+    over GPUs (tensor parallelism shards each expert's rows and all-reduces the sum; expert parallelism keeps E / ep
+    experts), a shared expert (Qwen3MoeSparseMoeBlock builds one for shared_expert_intermediate_size > 0), or a
+    router other than vLLM's softmax top-k (FusedTopKRouter) with the config's renormalisation (a routing simulator,
+    fused_moe/router/router_factory.py). router None: not checked (the modules' stand-in has none)."""
+    want = (moe.num_experts, 2 * moe.intermediate_size)
+    if tp > 1 or tuple(w13_shape[:2]) != want:
+        return REASONS["moe_parallel"].format(tp=tp, layer=layer, got=list(w13_shape[:2]), want=list(want))
+    if shared_expert is not None:
+        return REASONS["moe_shared_expert"].format(layer=layer)
+    if router is not None:
+        scoring, renormalize = getattr(router, "scoring_func", None), getattr(router, "renormalize", None)
+        if type(router).__name__ != "FusedTopKRouter" or scoring != "softmax" or renormalize != moe.norm_topk_prob:
+            return REASONS["moe_router"].format(layer=layer, router=type(router).__name__, scoring=scoring,
+                                                renormalize=renormalize, norm=moe.norm_topk_prob)
+    return None
 
 
 def sliding_window_reason(window: int | None, use_sliding_window: bool | None) -> str | None:
