@@ -78,3 +78,24 @@ def test_mis_shaped_scales_are_refused(layout, scale_shape):
 def test_unknown_layout_is_refused():
     with pytest.raises(ValueError):
         fp8_linear.dequantise(torch.zeros(4, 4, dtype=torch.float8_e4m3fn), torch.ones(()), "row")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_spread_scales_differ_and_keep_the_rounding_bound(layout):
+    """The checkpoint writer's spread (each scale times 2^U[0, 1), fp8_checkpoints): on normal weights whose groups
+    share an amax, the scales come out different (so a scale read for the wrong row, block or shard shows), and the
+    quantisation stays within e4m3's rounding: |W_fp8 s - W| <= 2^-4 |W| + 2^-10 s per element."""
+    g = torch.Generator().manual_seed(3)
+    w = (torch.randn(384, 512, generator=g) * 0.02).to(torch.bfloat16)
+    fmt = Fp8Format("fp8" if layout != "channel" else "compressed-tensors", layout)
+    plain = quantise(w, fmt)[1].float()
+    shards = [quantise(w, fmt, spread=torch.Generator().manual_seed(i))[1].float() for i in (1, 2)]
+    q, s = quantise(w, fmt, spread=torch.Generator().manual_seed(5))
+    assert not torch.equal(shards[0], shards[1])  # two shards of one fused module: different scales
+    ratio = s.float() / plain
+    assert float(ratio.min()) >= 1.0 - 2**-7 and float(ratio.max()) < 2.0 + 2**-7  # bf16 channel scales round
+    if layout != "tensor":
+        assert s.float().unique().numel() > s.numel() // 4  # (a bf16 channel scale has 128 values per octave)
+    per_elem = fp8_linear.dequantise(torch.ones(w.shape).to(torch.float8_e4m3fn), s.float(), layout)
+    err = (fp8_linear.dequantise(q, s.float(), layout) - w.float()).abs()
+    assert bool((err <= 2**-4 * w.float().abs() + 2**-10 * per_elem).all())

@@ -44,8 +44,11 @@ FORMATS = [  # (quantization_config, vLLM --quantization, format or method name,
     (_ct({**FP8_W, "strategy": "channel"}, FP8_A, ignore=["lm_head"]), "compressed-tensors",
      Fp8Format("compressed-tensors", "channel", ("lm_head",)), None),
     (_ct({**FP8_W, "strategy": "tensor"}, FP8_A), None, Fp8Format("compressed-tensors", "tensor"), None),
-    # W8A16: vLLM repacks the weights for Marlin at load, which model_spec refuses (int32, not float8_e4m3fn)
-    (_ct({**FP8_W, "strategy": "channel"}, None), None, Fp8Format("compressed-tensors", "channel"), None),
+    # W8A16: vLLM 0.26 on CUDA repacks the weights for Humming's or Marlin's kernel at load: refused by the config
+    (_ct({**FP8_W, "strategy": "channel"}, None), None,
+     "compressed-tensors fp8 weights only (w8a16: vLLM repacks them for its Humming / Marlin kernel)",
+     "quantization_config compressed-tensors fp8 weights only (w8a16: vLLM repacks them for its Humming / Marlin "
+     "kernel): not supported"),
     (_ct({**FP8_W, "strategy": "block", "block_structure": [128, 128]}, FP8_A), None,
      Fp8Format("compressed-tensors", "block"), None),
     ({"quant_method": "fp8", "activation_scheme": "static"}, None, "fp8 with static activation scales",

@@ -50,14 +50,15 @@ def rope_cache(max_position: int, head_dim: int, theta: float, device) -> torch.
     return torch.cat((f.cos(), f.sin()), dim=-1).to(torch.bfloat16)
 
 
-def quantise_fp8(weight: torch.Tensor, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+def quantise_fp8(weight: torch.Tensor, layout: str,
+                 spread: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(float8_e4m3fn [N, K], fp32 scale) of a bf16 weight [N, K] in `layout`, as `kog make-checkpoint --fp8`
-    quantises it (fp8_checkpoints.quantise: amax / 448 per tensor, row or 128 x 128 block), the scale as vLLM holds
-    it after loading: float32 (a channel scale is rounded to bf16 on disk first, as the checkpoint stores it), [] /
-    [N, 1] / [ceil(N/128), ceil(K/128)], contiguous."""
+    quantises it (fp8_checkpoints.quantise: amax / 448 per tensor, row or 128 x 128 block, times 2^U[0, 1) drawn
+    from `spread`), the scale as vLLM holds it after loading: float32 (a channel scale is rounded to bf16 on disk
+    first, as the checkpoint stores it), [] / [N, 1] / [ceil(N/128), ceil(K/128)], contiguous."""
     from kog_backend.tools.fixtures.fp8_checkpoints import FORMATS, quantise
 
-    q, scale = quantise(weight, FORMATS[layout])
+    q, scale = quantise(weight, FORMATS[layout], spread=spread)
     return q, scale.float().contiguous()
 
 
@@ -67,6 +68,8 @@ def random_decoder(shape: DecoderShape, device, seed: int = 0, fp8: str | None =
     if fp8 is not None and fp8 not in LAYOUTS:
         raise ValueError(f"fp8 {fp8!r}: one of {LAYOUTS}")
     g = torch.Generator(device=device).manual_seed(seed)
+    # (the FP8 scales' spread from a generator of its own, so that every layout draws the same bf16 weights)
+    spread = torch.Generator(device=device).manual_seed(seed + 0x5EED) if fp8 is not None else None
     bf = torch.bfloat16
     H, D, I = shape.hidden_size, shape.head_dim, shape.intermediate_size
 
@@ -78,7 +81,7 @@ def random_decoder(shape: DecoderShape, device, seed: int = 0, fp8: str | None =
         w = proj(out_f, in_f)
         if fp8 is None:
             return {"w": w, "s": None}
-        q, scale = quantise_fp8(w, fp8)
+        q, scale = quantise_fp8(w, fp8, spread)
         return {"w": q, "s": scale}
 
     def norm(n):

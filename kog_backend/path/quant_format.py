@@ -161,7 +161,11 @@ def _ct_group(group: Mapping[str, Any]) -> str:
         return f"compressed-tensors {kind or '?'} w{bits}{a}"
     if not w.get("symmetric", True) or w.get("dynamic"):
         return "compressed-tensors fp8 with asymmetric or dynamic weights"
-    if act and not act.get("dynamic"):
+    if not act:
+        # W8A16: vLLM 0.26 on CUDA runs it through Humming's or Marlin's FP8 kernel (model_executor/kernels/linear/
+        # __init__.py, _POSSIBLE_WFP8A16_KERNELS), which repack and pad the weights: nothing kog could read.
+        return "compressed-tensors fp8 weights only (w8a16: vLLM repacks them for its Humming / Marlin kernel)"
+    if not act.get("dynamic"):
         return "compressed-tensors fp8 with static activation scales"
     strategy = w.get("strategy")
     if strategy == "block" and list(w.get("block_structure") or ()) != list(BLOCK):

@@ -21,9 +21,9 @@ venv's vllm/model_executor/...):
       package and GPU are there), each with per-token, per-128-column-group FP8 activations
       (layers/quantization/fp8.py:300-309; scaled_mm/cutlass.py:297-310).
   compressed-tensors without input_activations (W8A16; not what `kog make-checkpoint --fp8 channel` writes):
-      a weight-only FP8 kernel with bf16 activations, as here (compressed_tensors_w8a16_fp8.py, Humming or Marlin
-      from kernels/linear/__init__.py:379-383; Marlin refuses capability >= 8.9 unless VLLM_TEST_FORCE_FP8_MARLIN,
-      and whether Humming loads on sm_90 is not checked here).
+      a weight-only FP8 kernel with bf16 activations (compressed_tensors_w8a16_fp8.py, Humming or Marlin from
+      kernels/linear/__init__.py:379-383), which repacks and pads the weights at load: kog refuses the scheme from
+      its config (quant_format).
 And for the per-tensor layout, vLLM does not keep the checkpoint's weights as they are: a fused module (qkv_proj,
 gate_up_proj) has one scale per shard on disk, and at load vLLM requantises every shard with the largest of them
 (layers/quantization/utils/w8a8_utils.py:76-107), so the loaded weight is the checkpoint's re-rounded. The kernel
