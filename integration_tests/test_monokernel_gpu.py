@@ -374,13 +374,14 @@ def _assert_launches_agree(w, caches, mk, ctx, seed, token, variants):
                            for ov in variants])
 
 
-@pytest.mark.parametrize("ctx", [300, 4096, 31999])
+@pytest.mark.parametrize("ctx", [700, 2200, 31999])
 @pytest.mark.parametrize("head_dim,gqa,layout", [(64, 4, "NHD"), (128, 2, "NHD"), (128, 8, "HND")])
 def test_attention_l2_prefetch_changes_timing_only(head_dim, gqa, layout, ctx):
     """The tensor-core pass's L2 prefetch (ModelArgs::attn_prefetch rounds ahead, cp.async.bulk.prefetch.L2 of
     slices every KV head's block shares in NHD memory, of the head's own rows in HND memory) is a hint: none, one,
-    the default and four rounds ahead give the same tokens, logits and caches bit for bit, on splits of 1 to 125
-    tiles (ctx 300, 4096, 31999 over 16 splits of 8 KV heads or 66 of 2), and no wait times out."""
+    the default and four rounds ahead give the same tokens, logits and caches bit for bit, and no wait times out:
+    ctx 700 and 2200 give splits of 3 tiles (16 splits of 8 KV heads; 66 of 2 at 2200, short ones at 700), 31999
+    up to 125 tiles."""
     w, caches, mk = _model("qwen3" if gqa == 2 else "llama", head_dim, gqa, gqa != 2, layout=layout)
     variants = [{"attn_prefetch": 0}, {"attn_prefetch": 1}, {}, {"attn_prefetch": 4}]
     _assert_launches_agree(w, caches, mk, ctx, ctx % 97, 53, variants)

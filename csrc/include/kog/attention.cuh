@@ -224,8 +224,9 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
   // Splits longer than kAttnShortLen run on the tensor cores unless the mode says otherwise; their first rounds head
   // for L2 now, while this token's q and K / V are still on their way (the tagged reads below wait for them).
   const bool mma = task.mode != kAttnModeRounds && task.end - task.start > MonoConfig::kAttnShortLen;
-  const KvPrefetch pf = kv_prefetch_span<D>(src, nkv, kvh, s_head);
-  if (mma && task.prefetch > 0 && pf.bytes != 0) prefetch_mma_pass_start<D>(src, pf, task);
+  // (The span is recomputed where it is used rather than kept across the q pass: at the kernel's register cap, a
+  // value live across it made ptxas spill in the norms and the KV append.)
+  if (mma && task.prefetch > 0) prefetch_mma_pass_start<D>(src, kv_prefetch_span<D>(src, m, kvh), task);
 
   float* qs = work;                     // [kAttnQRows][D] rotated q of this pass
   float* wm = qs + kAttnQRows * D;      // [W][HP]    per-warp running max
@@ -262,6 +263,10 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
     const int pass_heads = mma && task.mode == kAttnModeMmaWide ? min(g, kMmaColumns) : HP;
     for (int hb = 0; hb < g; hb += pass_heads) {
       const int hq = min(pass_heads, g - hb);
+      // A later pass over the same split (mode 1 past 4 query heads, mode 2 past 8) re-reads it from its start.
+      if (hb > 0 && mma && task.prefetch > 0) {
+        prefetch_mma_pass_start<D>(src, kv_prefetch_span<D>(src, m, kvh), task);
+      }
       if (warp < hq) {
         const int head = kvh * g + hb + warp;
         float y[E];
@@ -282,7 +287,8 @@ __device__ void attention_task(const HotArgs& m, const LayerArgs& L, const AttnT
 
       if (mma) {
         // Tensor cores: the warps' states leave registers HP heads at a time (wacc holds HP per warp).
-        const MmaState<D> st = attend_positions_mma<D>(src, pf, task, hq, scale, qs);
+        const MmaState<D> st =
+            attend_positions_mma<D>(src, kv_prefetch_span<D>(src, m, kvh), task, hq, scale, qs);
         for (int ob = 0; ob < hq; ob += HP) {
           const int hp = min(HP, hq - ob);
           store_mma_state<D, HP>(st, ob, hp, wm, wl, wacc);

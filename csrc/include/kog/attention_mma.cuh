@@ -140,24 +140,31 @@ constexpr int kMmaRoundStride = MonoConfig::kConsumerWarps * MonoConfig::kAttnTi
 //     elements): between them the nkv blocks prefetch each byte once.
 //   HND memory ([block][KV head][position][K | V], V inside the position's row): the head's 16 rows are one span
 //     of 16 s_pos elements.
-// Either way 64 D bytes (K and V of 16 positions); bytes 0 (no prefetch) for any other layout or alignment.
+// Either way kKvPrefetchBytes<D> = 64 D bytes (K and V of 16 positions, rows of 2 D elements as vLLM lays them out);
+// delta -1 (no prefetch) for any other layout or alignment. (One value, so that the round loop, at the kernel's
+// register cap, keeps as little as possible live for it.)
 struct KvPrefetch {
   int64_t delta;
-  uint32_t bytes;
 };
-
 template <int D>
-__device__ __forceinline__ KvPrefetch kv_prefetch_span(const KvSource& src, int nkv, int kvh, int64_t s_head) {
+constexpr uint32_t kKvPrefetchBytes = 64u * D;
+
+// hot: the block's HotArgs in shared memory, whose KV-head count and head stride are read here, at the use
+// (volatile: not kept in registers from an earlier read across the q pass, where the kernel is at its register cap
+// and ptxas spilled in the norms and the KV append for them).
+template <int D>
+__device__ __forceinline__ KvPrefetch kv_prefetch_span(const KvSource& src, const HotArgs& hot, int kvh) {
+  const int nkv = *reinterpret_cast<const volatile int*>(&hot.num_kv_heads);
+  const int64_t s_head = *reinterpret_cast<const volatile int64_t*>(&hot.kv_stride_head);
   const int64_t gap = src.v - src.k;  // V's offset from K in a row, in elements (vLLM's: D)
-  const bool aligned = (src.s_blk | src.s_pos | s_head) % 8 == 0 && gap % 8 == 0;  // 16-byte spans
-  const int64_t span = MonoConfig::kAttnTileLen * (src.s_pos == nkv * s_head ? s_head : src.s_pos);
-  if (aligned && gap >= 0 && src.s_pos == nkv * s_head && gap + D <= s_head) {
-    return {kvh * span - src.head_off, static_cast<uint32_t>(span * 2)};
+  const bool aligned = (src.s_blk | src.s_pos | s_head) % 8 == 0;  // 16-byte spans
+  if (aligned && gap == D && s_head == 2 * D && src.s_pos == nkv * s_head) {
+    return {kvh * (MonoConfig::kAttnTileLen * s_head) - src.head_off};
   }
-  if (aligned && gap >= 0 && s_head >= MonoConfig::kAttnTileLen * src.s_pos && gap + D <= src.s_pos) {
-    return {0, static_cast<uint32_t>(span * 2)};
+  if (aligned && gap == D && src.s_pos == 2 * D && s_head >= MonoConfig::kAttnTileLen * src.s_pos) {
+    return {0};
   }
-  return {0, 0u};
+  return {-1};
 }
 
 // Sends this warp's round at `base` towards L2 (cp.async.bulk.prefetch.L2 from lane 0, a hint: nothing waits for
@@ -174,7 +181,7 @@ __device__ __forceinline__ void prefetch_mma_round(const KvSource& src, const Kv
     const int tile = base + MonoConfig::kAttnTileLen * u;
     if (tile >= end) break;
     const int64_t row0 = src.row(tile);
-    if (row0 >= 0) bulk_prefetch_l2(src.k + row0 + pf.delta, pf.bytes);
+    if (row0 >= 0) bulk_prefetch_l2(src.k + row0 + pf.delta, kKvPrefetchBytes<D>);
   }
 }
 
@@ -183,6 +190,7 @@ __device__ __forceinline__ void prefetch_mma_round(const KvSource& src, const Kv
 template <int D>
 __device__ __forceinline__ void prefetch_mma_pass_start(const KvSource& src, const KvPrefetch& pf,
                                                         const AttnTask& task) {
+  if (pf.delta < 0) return;
   const int warp = threadIdx.x >> 5;
   const int first = task.start + warp * MonoConfig::kAttnTileLen * kMmaRoundTiles<D>;
   for (int r = 0; r < task.prefetch; ++r) {
@@ -201,8 +209,9 @@ struct MmaState {
 };
 
 // One pass over the split for hq <= kMmaColumns query heads whose rotated q (fp32) are rows of qs [hq][D].
-// Tiles of a round are warp-contiguous: warp w takes [start + (r W + w) 16 kTiles, + 16 kTiles). Each round first
-// sends the warp's round task.prefetch rounds later towards L2 (prefetch_mma_pass_start sent the first ones).
+// Tiles of a round are warp-contiguous: warp w takes [start + (r W + w) 16 kTiles, + 16 kTiles). Each round, after
+// its loads, sends the warp's round task.prefetch rounds later towards L2 (prefetch_mma_pass_start sent the first
+// ones).
 template <int D>
 __device__ __forceinline__ MmaState<D> attend_positions_mma(const KvSource& src, const KvPrefetch& pf,
                                                             const AttnTask& task, int hq, float scale,
@@ -212,7 +221,7 @@ __device__ __forceinline__ MmaState<D> attend_positions_mma(const KvSource& src,
   constexpr int kTiles = kMmaRoundTiles<D>;
   constexpr int kStride = kMmaRoundStride<D>;
   // Positions between a round and the round it sends towards L2 (0: no prefetch).
-  const int ahead = pf.bytes != 0 ? task.prefetch * kStride : 0;
+  const int ahead = pf.delta >= 0 ? task.prefetch * kStride : 0;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
 
@@ -232,10 +241,11 @@ __device__ __forceinline__ MmaState<D> attend_positions_mma(const KvSource& src,
   st.lrow[0] = st.lrow[1] = 0.f;
 
   for (int base = task.start + warp * 16 * kTiles; base < task.end; base += kStride) {
-    if (ahead > 0) prefetch_mma_round<D>(src, pf, task.end, base + ahead);
     MmaTile<D> tl[kTiles];
 #pragma unroll
     for (int u = 0; u < kTiles; ++u) load_mma_tile<D>(src, task.end, base + 16 * u, g, t, tl[u]);
+    // (After this round's loads: issued first, lane 0's block-table lookup and bulk issue delayed them.)
+    if (ahead > 0) prefetch_mma_round<D>(src, pf, task.end, base + ahead);
 #pragma unroll
     for (int u = 0; u < kTiles; ++u) {
       const MmaTile<D>& r = tl[u];

@@ -101,9 +101,10 @@ struct MonoConfig {
   static constexpr int kAttnMode = 2;
   // Default of ModelArgs::attn_prefetch: rounds of K / V tiles each warp of a tensor-core attention pass keeps on
   // their way into L2 ahead of its loads (cp.async.bulk.prefetch.L2; attention_mma.cuh); 0: none. A round is
-  // kConsumerWarps x 8 KiB per SM, so d rounds hold d x 64 KiB per SM of L2 (d x 8.4 MB over 132 SMs)
-  // (docs/tuning.md).
+  // kConsumerWarps x 8 KiB per SM, so d rounds hold d x 64 KiB per SM of L2 (d x 8.65 MB over 132 SMs)
+  // (docs/tuning.md). A table's value is clamped to [0, kAttnMaxPrefetchRounds].
   static constexpr int kAttnPrefetchRounds = 2;
+  static constexpr int kAttnMaxPrefetchRounds = 4;
   // Attention splits whose partials the combining block loads in one round trip (S = 16 for 8 KV heads on 132 SMs)
   // (docs/tuning.md).
   static constexpr int kCombineBatch = 16;
@@ -165,7 +166,9 @@ static_assert(MonoConfig::kAttnMode >= kAttnModeRounds && MonoConfig::kAttnMode 
 
 static_assert(MonoConfig::kHeadsPerPass == 4 && MonoConfig::kAttnUnroll >= 1, "attention register budget");
 // The prefetched rounds stay a fraction of the L2 (50 MB on an H100, 60 MB on an H200) beside the weight stream.
-static_assert(MonoConfig::kAttnPrefetchRounds >= 0 && MonoConfig::kAttnPrefetchRounds <= 4,
-              "attention L2 prefetch: at most 4 rounds (33.8 MB over 132 SMs)");
+static_assert(MonoConfig::kAttnPrefetchRounds >= 0 &&
+                  MonoConfig::kAttnPrefetchRounds <= MonoConfig::kAttnMaxPrefetchRounds &&
+                  MonoConfig::kAttnMaxPrefetchRounds <= 4,
+              "attention L2 prefetch: at most 4 rounds (34.6 MB over 132 SMs, of a 50 MB L2)");
 
 }  // namespace kog

@@ -70,7 +70,8 @@ __device__ __forceinline__ void plan_attention_split(const Consumers<D, HP, kSam
   if (task.end < task.start) task.end = task.start;
   task.owner = task.start <= pos && pos < task.end;
   task.mode = static_cast<int>(c.m.attn_mode);
-  task.prefetch = static_cast<int>(c.m.attn_prefetch);
+  // (A variant table may hold any value: kept to the rounds the L2 budget allows, so that no offset overflows.)
+  task.prefetch = static_cast<int>(min(max(c.m.attn_prefetch, int64_t{0}), int64_t{MonoConfig::kAttnMaxPrefetchRounds}));
   task.bt_count = -1;
   if (task.end > task.start) {
     const int first = task.start / bs, last = (task.end - 1) / bs;
