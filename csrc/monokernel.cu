@@ -474,7 +474,7 @@ std::vector<int64_t> monokernel_config() {
           C::kSlotAlign,
           fp8_span_bytes(2048), fp8_span_bytes(14336), kFp8PerTensor, kFp8PerRow, kFp8Block128,
           C::kAttnMode, kAttnModeRounds, kAttnModeMma, kAttnModeMmaWide, C::kAttnTileLen,
-          C::kAttnPrefetchRounds};
+          C::kAttnPrefetchRounds, C::kAttnMaxPrefetchRounds};
 }
 
 }  // namespace kog

@@ -165,6 +165,7 @@ CONFIG: dict[str, int] = {
     "kAttnModeMmaWide": 2,
     "kAttnTileLen": 16,
     "kAttnPrefetchRounds": 2,
+    "kAttnMaxPrefetchRounds": 4,
 }
 CONFIG_NAMES = tuple(CONFIG)
 
