@@ -354,7 +354,8 @@ __device__ LoaderExit stream_chunks(const ModelArgs& m, const StepArgs& step, Sm
 // going to the next kernel on the SM) with a copy in flight: after an abort the consumers may have stopped
 // waiting for some. At most the last ns copies can be pending, one per slot (a slot is re-armed only after its
 // previous copy was consumed, hence landed), and no later copy went into their slots, so each one's full phase
-// parity names it unambiguously. At the end of a launch that did not abort they have all landed already.
+// parity names it unambiguously. (At the end of a launch that did not abort up to ns copies may still be in flight:
+// the consumers wait for them too, so this only adds waits that end as they land.)
 __device__ __forceinline__ void drain_copies(SmemHeader& hdr, const LoaderExit& e, int ns, uint32_t* ctrs) {
   const int n = min(e.issued, ns);
   for (int i = 1; i <= n; ++i) {

@@ -121,7 +121,8 @@ __device__ __forceinline__ bool aborted(uint32_t* ctrs) { return ld_relaxed(coun
 
 __device__ __noinline__ void record_abort(uint32_t* ctrs, uint32_t site, uint32_t what, uint32_t target,
                                           uint32_t seen) {
-  if (atomicCAS(counter(ctrs, kCtrAbort), 0u, site) == 0u) {
+  // (After an abort every waiting lane of the grid gives up and comes here: a read first, not a CAS on one word.)
+  if (!aborted(ctrs) && atomicCAS(counter(ctrs, kCtrAbort), 0u, site) == 0u) {
     *counter(ctrs, kCtrDiag) = blockIdx.x;
     *counter(ctrs, kCtrDiag + 1) = what;
     *counter(ctrs, kCtrDiag + 2) = target;
