@@ -115,6 +115,7 @@ def _burst(sampling=SAMPLED, single=None, option=True, mk=KERNEL, fp64=False):
 
 # (level, key, a call that makes the gate return that reason)
 _MOE = types.SimpleNamespace(num_experts=16, intermediate_size=128, norm_topk_prob=True)  # a tiny Qwen3-MoE
+_TRITON, _FLASHINFER = types.SimpleNamespace(name="TRITON"), types.SimpleNamespace(name="FLASHINFER_CUTLASS")
 CASES = [
     ("environment", "disabled", lambda: environment.worker_reason(False, True)),
     ("environment", "v1_runner", lambda: environment.worker_reason(True, False)),
@@ -224,10 +225,10 @@ CASES = [
     ("monokernel", "moe_tp", _moe_tp),
     ("model", "moe_dense_layers", lambda: model.moe_layers_reason({"mlp_only_layers": [3], "decoder_sparse_step": 1})),
     ("model", "moe_quantized", lambda: model.REASONS["moe_quantized"].format(method="fp8")),
-    ("model", "moe_backend", lambda: model.moe_backend_reason(types.SimpleNamespace(name="FLASHINFER_CUTLASS"))),
-    ("model", "moe_parallel", lambda: model.moe_block_reason(0, 2, (16, 128, 256), _MOE, None, None)),
-    ("model", "moe_shared_expert", lambda: model.moe_block_reason(0, 1, (16, 256, 256), _MOE, object(), None)),
-    ("model", "moe_router", lambda: model.moe_block_reason(0, 1, (16, 256, 256), _MOE, None, object())),
+    ("model", "moe_backend", lambda: model.moe_block_reason(0, 1, (16, 256, 256), _MOE, _FLASHINFER, None, None)),
+    ("model", "moe_parallel", lambda: model.moe_block_reason(0, 2, (16, 128, 256), _MOE, _TRITON, None, None)),
+    ("model", "moe_shared_expert", lambda: model.moe_block_reason(0, 1, (16, 256, 256), _MOE, _TRITON, object(), None)),
+    ("model", "moe_router", lambda: model.moe_block_reason(0, 1, (16, 256, 256), _MOE, _TRITON, None, object())),
     ("monokernel", "architecture", lambda: monokernel.shape_reason(_shape(arch="gemma"), 1)),
     ("monokernel", "qkv_bias_arch", lambda: monokernel.shape_reason(_shape(qkv_bias=True), 1)),
     ("monokernel", "qk_norm_arch", lambda: monokernel.shape_reason(_shape(qk_norm=True), 1)),

@@ -292,10 +292,9 @@ def _moe_weights(model: Any, hf: Any, moe: Any, arch: str, vllm_config: Any) -> 
         experts = getattr(experts, "routed_experts", experts)
         if experts is None or not hasattr(mlp, "gate") or not hasattr(experts, "w13_weight"):
             _refuse(model_gate.REASONS["mlp_not_dense"].format(layer=i, mlp=type(mlp).__name__))
-        _refuse(model_gate.moe_backend_reason(getattr(getattr(experts, "quant_method", None), "unquantized_backend",
-                                                          None)))
         _refuse(model_gate.moe_block_reason(
             i, vllm_config.parallel_config.tensor_parallel_size, tuple(experts.w13_weight.shape), moe,
+            getattr(getattr(experts, "quant_method", None), "unquantized_backend", None),
             getattr(mlp, "shared_expert", None), getattr(mlp.experts, "router", None),
         ))  # fmt: skip
         layers.append(MoeLayerWeights(

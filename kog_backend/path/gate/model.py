@@ -112,21 +112,19 @@ def config_num_experts(cfg: Any) -> int | None:
     return None
 
 
-def moe_backend_reason(backend: Any) -> str | None:
-    """vLLM's unquantized MoE backend (UnquantizedFusedMoEMethod.unquantized_backend, an UnquantizedMoeBackend) other
-    than TRITON, the one that keeps w13 as the checkpoint's gate and up rows (fused_moe/oracle/unquantized.py picks
-    it first on SM 90; --moe-backend or another GPU may pick FlashInfer's, which reorders w13)."""
-    name = getattr(backend, "name", str(backend))
-    return None if name == "TRITON" else REASONS["moe_backend"].format(backend=name)
-
-
-def moe_block_reason(layer: int, tp: int, w13_shape: tuple[int, ...], moe: Any, shared_expert: Any,
+def moe_block_reason(layer: int, tp: int, w13_shape: tuple[int, ...], moe: Any, backend: Any, shared_expert: Any,
                      router: Any) -> str | None:
-    """A Qwen3-MoE layer as vLLM 0.26 built it that kog's MoE block would not compute as vLLM does: experts split
-    over GPUs (tensor parallelism shards each expert's rows and all-reduces the sum; expert parallelism keeps E / ep
-    experts), a shared expert (Qwen3MoeSparseMoeBlock builds one for shared_expert_intermediate_size > 0), or a
-    router other than vLLM's softmax top-k (FusedTopKRouter) with the config's renormalisation (a routing simulator,
+    """A Qwen3-MoE layer as vLLM 0.26 built it that kog's MoE block would not read or compute as vLLM does: an
+    unquantized MoE backend (UnquantizedFusedMoEMethod.unquantized_backend) other than TRITON, the one that keeps w13
+    as the checkpoint's gate and up rows (fused_moe/oracle/unquantized.py picks it first on SM 90; --moe-backend or
+    another GPU may pick FlashInfer's, which reorders w13); experts split over GPUs (tensor parallelism shards each
+    expert's rows and all-reduces the sum; expert parallelism keeps E / ep experts); a shared expert
+    (Qwen3MoeSparseMoeBlock builds one for shared_expert_intermediate_size > 0); or a router other than vLLM's softmax
+    top-k (FusedTopKRouter) with the config's renormalisation (a routing simulator,
     fused_moe/router/router_factory.py). router None: not checked (the modules' stand-in has none)."""
+    name = getattr(backend, "name", str(backend))
+    if name != "TRITON":
+        return REASONS["moe_backend"].format(backend=name)
     want = (moe.num_experts, 2 * moe.intermediate_size)
     if tp > 1 or tuple(w13_shape[:2]) != want:
         return REASONS["moe_parallel"].format(tp=tp, layer=layer, got=list(w13_shape[:2]), want=list(want))
